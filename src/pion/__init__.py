@@ -1,0 +1,30 @@
+"""Pion: an open memory layer for LLM inference.
+
+The client API (PionClient, PionPromptCache, load_model, generate) is imported
+lazily so that ``import pion`` stays cheap for the server, which never needs torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; resolved on first attribute access (PEP 562).
+_LAZY_EXPORTS = {
+    "PionClient": "pion.client.connection",
+    "PionPromptCache": "pion.client.prompt_cache",
+    "load_model": "pion.client.runtimes.transformers_runtime",
+    "generate": "pion.client.runtimes.transformers_runtime",
+    "stream_generate": "pion.client.runtimes.transformers_runtime",
+}
+
+__all__ = ["__version__", *_LAZY_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY_EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'pion' has no attribute {name!r}")
+    return getattr(importlib.import_module(module_name), name)

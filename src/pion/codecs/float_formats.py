@@ -1,0 +1,73 @@
+"""Lossless-ish float formats: ``fp32`` and ``fp16``.
+
+Layout, per row of D values:
+  fp32: D little-endian IEEE float32 (4*D bytes), bit-exact.
+  fp16: D little-endian IEEE binary16 (2*D bytes); finite values beyond +/-65504
+        saturate to +/-65504, NaN and +/-Inf are stored as themselves.
+
+Worked example, D = 2, row [1.0, -70000.0]:
+  fp32 -> 00 00 80 3f | 60 b8 88 c7
+  fp16 -> 00 3c | ff fb          (-70000 saturates to -65504 = 0xfbff)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from pion.common.errors import CodecError
+
+FP16_MAX = 65504.0
+
+
+def _as_rows(data: bytes | memoryview, dtype: np.dtype, kv_dim: int, row_bytes: int) -> np.ndarray:
+    if len(data) % row_bytes:
+        raise CodecError(f"blob of {len(data)} bytes is not a whole number of {row_bytes}-byte rows")
+    return np.frombuffer(data, dtype=dtype).reshape(-1, kv_dim)
+
+
+def _check_positive(kv_dim: int) -> None:
+    if kv_dim <= 0:
+        raise CodecError(f"kv_dim must be positive, got {kv_dim}")
+
+
+class Float32Codec:
+    """Lossless reference format."""
+
+    name = "fp32"
+
+    def row_bytes(self, kv_dim: int) -> int:
+        return 4 * kv_dim
+
+    def check_dim(self, kv_dim: int) -> None:
+        _check_positive(kv_dim)
+
+    def encode(self, rows: npt.NDArray[np.float32]) -> bytes:
+        return np.ascontiguousarray(rows, dtype="<f4").tobytes()
+
+    def decode(self, data: bytes | memoryview, kv_dim: int, out_dtype: npt.DTypeLike = np.float32) -> np.ndarray:
+        rows = _as_rows(data, np.dtype("<f4"), kv_dim, self.row_bytes(kv_dim))
+        return rows.astype(out_dtype, copy=False)
+
+
+class Float16Codec:
+    """IEEE half precision; the production default."""
+
+    name = "fp16"
+
+    def row_bytes(self, kv_dim: int) -> int:
+        return 2 * kv_dim
+
+    def check_dim(self, kv_dim: int) -> None:
+        _check_positive(kv_dim)
+
+    def encode(self, rows: npt.NDArray[np.float32]) -> bytes:
+        rows32 = np.asarray(rows, dtype=np.float32)
+        # clip keeps NaN and +/-Inf as they are; only finite overflow saturates.
+        finite = np.isfinite(rows32)
+        clipped = np.where(finite, np.clip(rows32, -FP16_MAX, FP16_MAX), rows32)
+        return clipped.astype("<f2").tobytes()
+
+    def decode(self, data: bytes | memoryview, kv_dim: int, out_dtype: npt.DTypeLike = np.float32) -> np.ndarray:
+        rows = _as_rows(data, np.dtype("<f2"), kv_dim, self.row_bytes(kv_dim))
+        return rows.astype(out_dtype, copy=False)

@@ -1,0 +1,44 @@
+"""Name -> codec registry, resolved lazily (vLLM's connector-factory shape).
+
+Each format family lives in its own module; the registry only records
+``name -> (module, class)`` so importing pion.codecs stays cheap and a typo in
+one format cannot break the others. Duplicate names are rejected.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+from pion.codecs.base import Codec
+from pion.common.errors import CodecError
+
+_LAZY: dict[str, tuple[str, str]] = {}
+
+
+def register_codec(name: str, module: str, class_name: str) -> None:
+    """Register a codec class by import path; raises ValueError on a duplicate name."""
+    if name in _LAZY:
+        raise ValueError(f"codec {name!r} is already registered")
+    _LAZY[name] = (module, class_name)
+
+
+@cache
+def get_codec(name: str) -> Codec:
+    """The codec instance for a format name; CodecError for an unknown name."""
+    try:
+        module_name, class_name = _LAZY[name]
+    except KeyError:
+        known = ", ".join(sorted(_LAZY))
+        raise CodecError(f"unknown format '{name}' (known: {known})") from None
+    codec: Codec = getattr(importlib.import_module(module_name), class_name)()
+    return codec
+
+
+def codec_names() -> list[str]:
+    """Every registered format name, sorted."""
+    return sorted(_LAZY)
+
+
+register_codec("fp32", "pion.codecs.float_formats", "Float32Codec")
+register_codec("fp16", "pion.codecs.float_formats", "Float16Codec")

@@ -1,0 +1,1 @@
+"""Shared leaf utilities: errors, sizes, typed ids. Imports nothing else of ours."""

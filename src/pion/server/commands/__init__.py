@@ -1,0 +1,1 @@
+"""Command families, one module each, joined in one table (commands/table.py)."""

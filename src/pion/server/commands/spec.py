@@ -1,0 +1,39 @@
+"""How a command family declares its commands (Redis's src/commands/*.json, as code).
+
+Each family module exposes ``COMMANDS: list[CommandSpec]``; ``table.py`` joins
+them and rejects duplicates. The dispatcher checks arity and auth before calling
+the handler, so handlers only validate their own arguments.
+
+Handler contract: ``handler(ctx, args)`` where ``args`` are the request's
+arguments *after* the command name (``list[bytes]``). It returns a reply value
+(see ``pion.server.resp.replies``) or raises ``CommandError``; a handler that
+raises must not have changed any state. Handlers may be ``async def``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pion.server.context import CommandContext
+
+Handler = Callable[["CommandContext", list[bytes]], Any | Awaitable[Any]]
+
+# Flags: "write" (changes state, logged to the WAL), "readonly", "noauth" (allowed
+# before AUTH), "admin", "fast", "loading_ok".
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One command: name (upper case, may contain '.'), Redis-style arity, flags, handler.
+
+    ``arity`` counts the command name: N > 0 means exactly N words, -N means at least N.
+    For container commands (CLIENT, KV.PREFIX is not one: its verbs are separate
+    commands named e.g. "KV.PREFIX.LOOKUP") subcommands are parsed by the handler.
+    """
+
+    name: str
+    arity: int
+    handler: Handler
+    flags: frozenset[str] = frozenset()
+    summary: str = ""

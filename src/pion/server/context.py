@@ -1,0 +1,51 @@
+"""State a command handler sees: the server's shared state and the calling client's.
+
+No process-global singletons: one ``ServerState`` per worker process, passed down.
+Family-specific state lives in attributes of ``ServerState`` owned by that family
+(``store`` for the V-store, ``keyspace``, ``stats``, ``persist``, ``semantic``...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pion.server.config import ServerConfig
+
+
+@dataclass
+class ClientState:
+    """Per-connection state."""
+
+    client_id: int
+    addr: str = ""
+    name: str = ""
+    protocol: int = 2
+    authenticated: bool = False
+    lib_name: str = ""
+    lib_ver: str = ""
+    db: int = 0
+    created_at: float = 0.0
+    last_command: str = ""
+
+
+@dataclass
+class ServerState:
+    """Everything shared by all connections of one worker.
+
+    Families attach their own components in ``components`` (by name) or in typed
+    attributes added here as they land; keep each component's code in its own module.
+    """
+
+    config: ServerConfig
+    started_at: float
+    components: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CommandContext:
+    """What a handler gets: the shared server state and the calling client's state."""
+
+    server: ServerState
+    client: ClientState
