@@ -15,20 +15,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from pion.common.errors import CodecError
+from pion.codecs.base import FP16_MAX, as_out_dtype, blob_rows, input_rows, require_positive_dim
 
-FP16_MAX = 65504.0
-
-
-def _as_rows(data: bytes | memoryview, dtype: np.dtype, kv_dim: int, row_bytes: int) -> np.ndarray:
-    if len(data) % row_bytes:
-        raise CodecError(f"blob of {len(data)} bytes is not a whole number of {row_bytes}-byte rows")
-    return np.frombuffer(data, dtype=dtype).reshape(-1, kv_dim)
-
-
-def _check_positive(kv_dim: int) -> None:
-    if kv_dim <= 0:
-        raise CodecError(f"kv_dim must be positive, got {kv_dim}")
+__all__ = ["FP16_MAX", "Float16Codec", "Float32Codec"]
 
 
 class Float32Codec:
@@ -40,14 +29,15 @@ class Float32Codec:
         return 4 * kv_dim
 
     def check_dim(self, kv_dim: int) -> None:
-        _check_positive(kv_dim)
+        require_positive_dim(kv_dim)
 
     def encode(self, rows: npt.NDArray[np.float32]) -> bytes:
-        return np.ascontiguousarray(rows, dtype="<f4").tobytes()
+        return input_rows(rows, self).astype("<f4", copy=False).tobytes()
 
     def decode(self, data: bytes | memoryview, kv_dim: int, out_dtype: npt.DTypeLike = np.float32) -> np.ndarray:
-        rows = _as_rows(data, np.dtype("<f4"), kv_dim, self.row_bytes(kv_dim))
-        return rows.astype(out_dtype, copy=False)
+        self.check_dim(kv_dim)
+        raw = blob_rows(data, kv_dim, self.row_bytes(kv_dim))
+        return as_out_dtype(raw.view("<f4"), out_dtype)
 
 
 class Float16Codec:
@@ -59,15 +49,16 @@ class Float16Codec:
         return 2 * kv_dim
 
     def check_dim(self, kv_dim: int) -> None:
-        _check_positive(kv_dim)
+        require_positive_dim(kv_dim)
 
     def encode(self, rows: npt.NDArray[np.float32]) -> bytes:
-        rows32 = np.asarray(rows, dtype=np.float32)
+        rows32 = input_rows(rows, self)
         # clip keeps NaN and +/-Inf as they are; only finite overflow saturates.
         finite = np.isfinite(rows32)
         clipped = np.where(finite, np.clip(rows32, -FP16_MAX, FP16_MAX), rows32)
         return clipped.astype("<f2").tobytes()
 
     def decode(self, data: bytes | memoryview, kv_dim: int, out_dtype: npt.DTypeLike = np.float32) -> np.ndarray:
-        rows = _as_rows(data, np.dtype("<f2"), kv_dim, self.row_bytes(kv_dim))
-        return rows.astype(out_dtype, copy=False)
+        self.check_dim(kv_dim)
+        raw = blob_rows(data, kv_dim, self.row_bytes(kv_dim))
+        return as_out_dtype(raw.view("<f2"), out_dtype)

@@ -42,3 +42,9 @@ def codec_names() -> list[str]:
 
 register_codec("fp32", "pion.codecs.float_formats", "Float32Codec")
 register_codec("fp16", "pion.codecs.float_formats", "Float16Codec")
+register_codec("int8", "pion.codecs.int8", "Int8RowCodec")
+register_codec("fp8", "pion.codecs.fp8", "Fp8E4M3Group32Codec")
+register_codec("turbo4", "pion.codecs.turbo", "Turbo4Codec")
+register_codec("turbo3", "pion.codecs.turbo", "Turbo3Codec")
+register_codec("turbo2", "pion.codecs.turbo", "Turbo2Codec")
+register_codec("mlx4g32", "pion.codecs.mlx4g32", "Mlx4Group32Codec")

@@ -28,6 +28,7 @@ class ClientState:
     db: int = 0
     created_at: float = 0.0
     last_command: str = ""
+    close_after_reply: bool = False  # set by QUIT: the connection closes once the reply is sent
 
 
 @dataclass

@@ -1,0 +1,308 @@
+"""PionPromptCache: share a prompt prefix's K/V through pion-server (the spec's Stage-1 path).
+
+Roles, in the order a request meets them:
+  * ``namespace_for(prefix_ids)`` — derive the key (model identity, config, tokenizer, rope, dtype,
+    storage format, the token ids); or use the spec's ``make_namespace(*parts)``.
+  * ``get_or_prefill(prefix_ids, namespace)`` — called once per request; returns a fresh transformers
+    ``DynamicCache`` holding the prefix, which the caller owns and may extend.
+      - hit:  KV.PREFIX.LOOKUP → +HIT, then one pipelined round trip of two V.MFETCH (all K layers,
+        all V layers) decoded straight into preallocated tensors.
+      - miss: local prefill (timed), then one pipelined round trip of
+        KV.PREFIX.REGISTER[.SCHEMA] … LAYERS n PREFILL_MS ms BLOCKS 64 … and V.STOREBATCH for every
+        layer and side. LOOKUP answers +HIT only once all layers are stored, so no reader sees half.
+      - failure: any error on the hit path (prefix evicted between LOOKUP and FETCH, connection
+        dropped) logs a warning and prefills locally; nothing raises. A failed store only warns.
+  * ``lookup``, ``stats``, ``close`` — probes, counters, teardown (also a context manager).
+
+A server that is down at construction makes the cache local-only (with a warning): every call
+prefills locally. A server that goes away later is retried on each call.
+
+``boundary_protect=N`` (spec "Heterogeneous KV cache"): K fp16 on every layer; V fp16 on the first
+N and last N layers and ``vquant`` in between, registered with KV.PREFIX.REGISTER.SCHEMA so the
+prefix has the same LOOKUP semantics as a uniform one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import redis
+import torch
+
+from pion.client.block_hashes import DEFAULT_BLOCK_SIZE, block_table
+from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, FetchDtype, PionClient
+from pion.client.namespaces import NAMESPACE_VERSION, make_namespace, model_fingerprint, tokens_hash
+from pion.client.runtimes.transformers_kv import KvShape, RestoreBuffers, frombuffer, layer_rows
+from pion.client.runtimes.transformers_runtime import model_device, prefill
+from pion.codecs import get_codec
+from pion.common.ids import Namespace, k_session, v_session
+
+logger = logging.getLogger(__name__)
+
+# Formats whose stored bytes are plain little-endian floats: fetched raw and viewed without decoding.
+_FLOAT_FORMATS: dict[str, torch.dtype] = {"fp16": torch.float16, "fp32": torch.float32}
+RestoreDtype = Literal["auto", "f16", "raw"]
+
+
+@dataclass
+class PromptCacheStats:
+    """Counters kept by one PionPromptCache (``stats()`` returns them as a dict)."""
+
+    hits: int = 0
+    misses: int = 0
+    fallbacks: int = 0
+    store_failures: int = 0
+    fetch_ms_total: float = 0.0
+    store_ms_total: float = 0.0
+    prefill_ms_total: float = 0.0
+    bytes_fetched: int = 0
+    bytes_stored: int = 0
+    last_restore_ms: dict[str, float] = field(default_factory=dict)
+
+
+class PionPromptCache:
+    """Prefix K/V cache for a transformers model, shared through pion-server.
+
+    Args:
+        model: a transformers causal LM (e.g. from ``pion.load_model``).
+        vquant: storage format (a ``pion.codecs`` name: fp16, fp32, int8, fp8, turbo4, mlx4g32 ...).
+        boundary_protect: N > 0 keeps K and the first/last N layers of V in fp16 (SCHEMA register).
+        host, port, password: the pion-server; ignored when ``client`` is given.
+        client: an existing ``PionClient`` to share.
+        tokenizer: when given, its vocabulary hash goes into ``namespace_for``.
+        block_size: tokens per block in the registered block-hash table.
+        restore_dtype: how quantized formats travel on a hit: ``"f16"`` (server decodes) or ``"raw"``
+            (stored bytes, decoded here); ``"auto"`` picks the faster measured one. fp16/fp32 always
+            travel raw, which is byte-identical to their float form.
+    """
+
+    def __init__(self, model: Any, vquant: str = "fp16", boundary_protect: int = 0, host: str = DEFAULT_HOST,
+                 port: int = DEFAULT_PORT, password: str | None = None, client: PionClient | None = None, *,
+                 tokenizer: Any | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+                 restore_dtype: RestoreDtype = "auto") -> None:
+        self.model = model
+        self.vquant = vquant
+        self.boundary_protect = int(boundary_protect)
+        self.shape = KvShape.from_config(model.config)
+        self.block_size = block_size
+        self.restore_dtype = restore_dtype
+        self.k_formats, self.v_formats = self._layer_formats()
+        for fmt in {*self.k_formats, *self.v_formats}:
+            get_codec(fmt).check_dim(self.shape.kv_dim)  # unknown format / bad kv_dim: fail now, loudly
+        self._fingerprint = model_fingerprint(model, tokenizer)
+        self._stats = PromptCacheStats()
+        self._owns_client = client is None
+        self.client: PionClient | None = client or PionClient(host, port, password)
+        try:
+            self.client.ping()
+        except redis.RedisError as exc:
+            logger.warning("pion-server at %s:%s is not reachable (%s); PionPromptCache runs local-only",
+                           host, port, exc)
+            if self._owns_client:
+                self.client.close()
+            self.client = None
+
+    # ---- namespaces -------------------------------------------------------------------------
+
+    @staticmethod
+    def make_namespace(*parts: object) -> Namespace:
+        """sha256("|".join(parts))[:32], the spec's namespace function."""
+        return make_namespace(*parts)
+
+    @property
+    def format_descriptor(self) -> str:
+        """The storage format as it affects restored values (vquant plus boundary protection)."""
+        return f"{self.vquant}/bp{self.boundary_protect}"
+
+    def namespace_for(self, prefix_ids: Sequence[int], *extra: object) -> Namespace:
+        """A namespace derived from everything that determines the prefix's K/V.
+
+        Covers the model identity, config hash, tokenizer hash, rope settings, weights dtype, storage
+        format and the prefix token ids; ``extra`` adds anything else (an adapter id, a tenant).
+        """
+        return make_namespace(NAMESPACE_VERSION, *self._fingerprint, f"format={self.format_descriptor}",
+                              f"tokens={tokens_hash(list(prefix_ids))}", *extra)
+
+    # ---- the request path -------------------------------------------------------------------
+
+    @property
+    def local_only(self) -> bool:
+        """True when the server was unreachable at construction."""
+        return self.client is None
+
+    def lookup(self, namespace: Namespace | str) -> bool:
+        """True when the server holds the whole prefix (+HIT); False on +MISS, local-only or error."""
+        if self.client is None:
+            return False
+        try:
+            return bool(self.client.kv_prefix_lookup(namespace))
+        except redis.RedisError as exc:
+            logger.warning("KV.PREFIX.LOOKUP %s failed: %s", namespace, exc)
+            return False
+
+    def get_or_prefill(self, prefix_ids: Sequence[int], namespace: Namespace | str | None = None) -> Any:
+        """A ``DynamicCache`` holding ``prefix_ids``: restored from the server on a hit, else prefilled.
+
+        Called once per request. The returned cache is new and owned by the caller. Never raises for
+        server trouble; raises ValueError for an empty prefix.
+        """
+        ids = [int(t) for t in prefix_ids]
+        if not ids:
+            raise ValueError("prefix_ids is empty")
+        ns = namespace if namespace is not None else self.namespace_for(ids)
+        if self.client is None:
+            self._stats.misses += 1
+            return self._prefill(ids)
+        t0 = time.perf_counter()
+        try:
+            hit = bool(self.client.kv_prefix_lookup(ns))
+        except redis.RedisError as exc:
+            logger.warning("KV.PREFIX.LOOKUP %s failed (%s); prefilling locally", ns, exc)
+            self._stats.fallbacks += 1
+            return self._prefill(ids)
+        lookup_ms = (time.perf_counter() - t0) * 1e3
+        if hit:
+            try:
+                cache = self._restore(ns, len(ids), lookup_ms)
+                self._stats.hits += 1
+                return cache
+            except (redis.RedisError, ValueError) as exc:
+                logger.warning("restoring prefix %s from pion-server failed (%s); prefilling locally", ns, exc)
+                self._stats.fallbacks += 1
+        self._stats.misses += 1
+        cache, prefill_ms = self._timed_prefill(ids)
+        self._store(ns, ids, cache, prefill_ms)
+        return cache
+
+    # ---- miss path --------------------------------------------------------------------------
+
+    def _prefill(self, ids: list[int]) -> Any:
+        return self._timed_prefill(ids)[0]
+
+    def _timed_prefill(self, ids: list[int]) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        cache = prefill(self.model, ids)
+        ms = (time.perf_counter() - t0) * 1e3
+        self._stats.prefill_ms_total += ms
+        return cache, ms
+
+    def _store(self, ns: Namespace | str, ids: list[int], cache: Any, prefill_ms: float) -> None:
+        """Register the prefix and store every layer of K and V in one pipelined round trip."""
+        assert self.client is not None
+        t0 = time.perf_counter()
+        n = len(ids)
+        blocks = block_table(ids, self.block_size)
+        pipe = self.client.pipeline()
+        if self.boundary_protect > 0:
+            pipe.kv_prefix_register_schema(ns, self.shape.kv_dim, self.k_formats, self.v_formats, blocks=blocks,
+                                           prefill_ms=prefill_ms)
+        else:
+            pipe.kv_prefix_register(ns, self.shape.kv_dim, self.vquant, blocks=blocks, layers=self.shape.n_layers,
+                                    prefill_ms=prefill_ms)
+        nbytes = 0
+        for side, sid, formats in (("k", k_session(ns), self.k_formats), ("v", v_session(ns), self.v_formats)):
+            for layer in range(self.shape.n_layers):
+                # fp32 sessions get exact floats; every other format is at most fp16-precise, so send half the bytes.
+                wire = "f32" if formats[layer] == "fp32" else "f16"
+                rows = layer_rows(cache, layer, side, n, torch.float32 if wire == "f32" else torch.float16)
+                nbytes += rows.nbytes
+                pipe.v_storebatch(sid, layer, 0, memoryview(rows).cast("B"), dtype=wire)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as exc:
+            replies = [exc]
+        errors = [r for r in replies if isinstance(r, Exception)]
+        if errors:
+            self._stats.store_failures += 1
+            logger.warning("storing prefix %s on pion-server failed (%d errors, first: %s); it stays local",
+                           ns, len(errors), errors[0])
+            return
+        self._stats.store_ms_total += (time.perf_counter() - t0) * 1e3
+        self._stats.bytes_stored += nbytes
+
+    # ---- hit path ---------------------------------------------------------------------------
+
+    def _wire_dtype(self, formats: list[str]) -> FetchDtype:
+        if all(f in _FLOAT_FORMATS for f in formats) or self.restore_dtype == "raw":
+            return "raw"
+        return "f16"
+
+    def _restore(self, ns: Namespace | str, n_tokens: int, lookup_ms: float) -> Any:
+        """Fetch both sides in one round trip and build the cache; raises on any inconsistency."""
+        assert self.client is not None
+        timings = {"lookup": lookup_ms}
+        t0 = time.perf_counter()
+        shape = self.shape
+        k_wire, v_wire = self._wire_dtype(self.k_formats), self._wire_dtype(self.v_formats)
+        pipe = self.client.pipeline()
+        pipe.v_mfetch(k_session(ns), 0, shape.n_layers, 0, n_tokens, dtype=k_wire)
+        pipe.v_mfetch(v_session(ns), 0, shape.n_layers, 0, n_tokens, dtype=v_wire)
+        k_layers, v_layers = pipe.execute()
+        t1 = time.perf_counter()
+        timings["fetch"] = (t1 - t0) * 1e3
+        buffers = RestoreBuffers(shape, n_tokens, next(self.model.parameters()).dtype)
+        nbytes = 0
+        for side, layers, formats, wire in (("k", k_layers, self.k_formats, k_wire),
+                                            ("v", v_layers, self.v_formats, v_wire)):
+            if len(layers) != shape.n_layers:
+                raise ValueError(f"V.MFETCH returned {len(layers)} layers for side {side}, expected {shape.n_layers}")
+            for layer, data in enumerate(layers):
+                nbytes += len(data)
+                buffers.fill(side, layer, self._decode(data, formats[layer], wire))
+        t2 = time.perf_counter()
+        timings["decode"] = (t2 - t1) * 1e3
+        cache = buffers.to_cache(self.model.config, model_device(self.model))
+        timings["build"] = (time.perf_counter() - t2) * 1e3
+        self._stats.fetch_ms_total += lookup_ms + (time.perf_counter() - t0) * 1e3
+        self._stats.bytes_fetched += nbytes
+        self._stats.last_restore_ms = timings
+        return cache
+
+    def _decode(self, data: bytes, fmt: str, wire: FetchDtype) -> torch.Tensor:
+        """Reply bytes of one layer as a float tensor of ``[n_tokens * kv_dim]`` values."""
+        if wire == "f16":
+            return frombuffer(data, torch.float16)
+        if wire == "f32":
+            return frombuffer(data, torch.float32)
+        if fmt in _FLOAT_FORMATS:
+            return frombuffer(data, _FLOAT_FORMATS[fmt])
+        rows = get_codec(fmt).decode(data, self.shape.kv_dim, np.float32)
+        return torch.from_numpy(np.ascontiguousarray(rows))
+
+    def _layer_formats(self) -> tuple[list[str], list[str]]:
+        n_layers, n = self.shape.n_layers, self.boundary_protect
+        if n < 0:
+            raise ValueError(f"boundary_protect must be >= 0, got {n}")
+        if n == 0:
+            return [self.vquant] * n_layers, [self.vquant] * n_layers
+        v_formats = ["fp16" if i < n or i >= n_layers - n else self.vquant for i in range(n_layers)]
+        return ["fp16"] * n_layers, v_formats
+
+    # ---- counters and teardown --------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """hits, misses, hit_rate, fetch_ms_total, store_ms_total, prefill_ms_total, bytes, fallbacks."""
+        s = self._stats
+        lookups = s.hits + s.misses
+        return {"hits": s.hits, "misses": s.misses, "hit_rate": s.hits / lookups if lookups else 0.0,
+                "fetch_ms_total": s.fetch_ms_total, "store_ms_total": s.store_ms_total,
+                "prefill_ms_total": s.prefill_ms_total, "bytes_fetched": s.bytes_fetched,
+                "bytes_stored": s.bytes_stored, "fallbacks": s.fallbacks, "store_failures": s.store_failures,
+                "local_only": self.local_only, "last_restore_ms": dict(s.last_restore_ms)}
+
+    def close(self) -> None:
+        """Close the connection if this cache opened it."""
+        if self.client is not None and self._owns_client:
+            self.client.close()
+        self.client = None
+
+    def __enter__(self) -> PionPromptCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""Model runtimes, one module per framework (transformers today), imported lazily."""

@@ -1,0 +1,1 @@
+"""pion-llm: a local OpenAI-compatible inference server whose prompts reuse prefixes held in pion-server."""

@@ -1,0 +1,164 @@
+"""The model side of pion-llm: restore the longest cached chain, prefill the rest, decode, store.
+
+Everything here is synchronous and runs on pion-llm's single model worker thread, one request at a
+time (``app.py`` owns the queue). A request's life:
+
+1. ``Engine.start(plan, params)`` fetches the longest stored chain of ``plan``'s segments, builds a
+   ``DynamicCache`` from it, credits the receipt once (``KV.PREFIX.LOOKUP <leaf> TOKENS n
+   PREFILL_MS ms``) and returns a ``Generation``.
+2. ``Generation.next_step()`` yields tokens; the first call prefills the uncached rest of the prompt
+   and copies the new segments' rows out of the cache before decoding appends to it.
+3. ``Generation.finish()`` stores the new segments and lets the budget evict leaves. It runs even
+   when the client went away, since the prefill was already paid for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pion.client.runtimes.transformers_runtime import GenerationStep, generate_steps
+from pion.llm.budget import LruLeafBudget
+from pion.llm.segments import (
+    ChainLink,
+    ModelShape,
+    PromptPlan,
+    SegmentKV,
+    cache_from_segments,
+    chain_links,
+    root_namespace,
+    segment_from_cache,
+)
+from pion.llm.stores import SegmentStore
+
+logger = logging.getLogger("pion.llm")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings of one request (already validated)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+class Generation:
+    """One request's decoding state; driven step by step by the model worker."""
+
+    def __init__(self, engine: Engine, plan: PromptPlan, links: list[ChainLink], restored: list[SegmentKV],
+                 params: SamplingParams, started: float) -> None:
+        self.engine = engine
+        self.plan = plan
+        self.links = links
+        self.cached_tokens = sum(s.n_tokens for s in restored)
+        self.prompt_tokens = plan.n_tokens
+        self.params = params
+        self.started = started
+        self.completion_tokens = 0
+        self.finish_reason: str | None = None
+        self._new_rows: list[tuple[ChainLink, SegmentKV]] = []
+        self._restored = len(restored)
+        cache = cache_from_segments(engine.model, restored)
+        self._cache = cache
+        self._steps: Iterator[GenerationStep] = generate_steps(
+            engine.model, engine.tokenizer, plan.ids[self.cached_tokens:], prompt_cache=cache,
+            max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+            stop=list(params.stop) or None, seed=params.seed)
+
+    def next_step(self) -> GenerationStep | None:
+        """The next token, or None when generation has ended (``finish_reason`` is then set)."""
+        if self.finish_reason is not None:
+            return None
+        first = self.completion_tokens == 0
+        t0 = time.perf_counter()
+        step = next(self._steps, None)
+        if first:
+            self._capture_new_segments((time.perf_counter() - t0) * 1000.0)
+        if step is None:
+            self.finish_reason = "stop"
+            return None
+        self.completion_tokens += 1
+        if self.completion_tokens >= self.params.max_tokens:
+            self.finish_reason = "length"
+        return step
+
+    def _capture_new_segments(self, prefill_ms: float) -> None:
+        """Copy the rows of segments this request prefilled, before decoding appends to the cache."""
+        cache = self._cache
+        new_links = self.links[self._restored:]
+        if not new_links or not self.engine.reuse_enabled:
+            return
+        uncached = self.plan.n_tokens - self.cached_tokens
+        for link in new_links:
+            rows = segment_from_cache(cache, link.start, link.start + link.n_tokens)
+            rows.prefill_ms = prefill_ms * link.n_tokens / max(1, uncached)
+            self._new_rows.append((link, rows))
+
+    def finish(self) -> None:
+        """Store the segments this request prefilled and apply the byte budget."""
+        self._steps.close()
+        if self._new_rows:
+            self.engine.store_segments(self.links[:self._restored], self._new_rows)
+        self._new_rows = []
+
+
+class Engine:
+    """The loaded model plus the segment store; used from one worker thread only."""
+
+    def __init__(self, model: Any, tokenizer: Any, model_name: str, store: SegmentStore | None,
+                 vquant: str = "fp16", budget_bytes: int | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.store = store
+        self.shape = ModelShape.of(model)
+        self.root = root_namespace(self.shape, vquant)
+        self.budget = LruLeafBudget(budget_bytes)
+        self.prefill_ms_by_ns: dict[str, float] = {}
+
+    @property
+    def reuse_enabled(self) -> bool:
+        return self.store is not None
+
+    def start(self, plan: PromptPlan, params: SamplingParams) -> Generation:
+        """Restore the longest cached prefix of ``plan`` and set up decoding."""
+        started = time.perf_counter()
+        links = chain_links(self.root, plan) if self.store is not None else []
+        restored: list[SegmentKV] = []
+        if self.store is not None and links:
+            restored = self.store.fetch_chain(links)
+            n_restored = sum(s.n_tokens for s in restored)
+            known = [self.prefill_ms_by_ns.get(link.namespace) for link in links[:len(restored)]]
+            prefill_ms = sum(k for k in known if k is not None) if known and None not in known else None
+            self.store.credit(links[:len(restored)] or links[:1], n_restored, prefill_ms)
+            if restored:
+                self.budget.touch_chain((link.namespace, link.parent, self.shape.segment_bytes(link.n_tokens))
+                                        for link in links[:len(restored)])
+        return Generation(self, plan, links, restored, params, started)
+
+    def store_segments(self, restored: list[ChainLink], new_rows: list[tuple[ChainLink, SegmentKV]]) -> None:
+        """Store newly prefilled segments (in chain order), then evict leaves over the budget."""
+        if self.store is None:
+            return
+        stored: list[ChainLink] = []
+        for link, rows in new_rows:
+            if not self.store.store(link, rows):
+                break
+            stored.append(link)
+            if rows.prefill_ms is not None:
+                self.prefill_ms_by_ns[link.namespace] = rows.prefill_ms
+        self.budget.touch_chain((link.namespace, link.parent, self.shape.segment_bytes(link.n_tokens))
+                                for link in [*restored, *stored])
+        victims = self.budget.victims()
+        if victims:
+            dropped = self.store.drop(victims)
+            for ns in victims:
+                self.prefill_ms_by_ns.pop(ns, None)
+            logger.info("budget: dropped %d leaf segment(s) (%d held), %d bytes held", dropped,
+                        len(self.budget), self.budget.total_bytes)

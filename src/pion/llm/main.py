@@ -1,0 +1,60 @@
+"""``pion-llm`` entry point: parse the config, then serve the app with uvicorn.
+
+The HTTP port opens at once and answers 503 while the model loads (a first run converts the
+embedded GGUF, ~20 s), so a supervisor like ``pion up`` can show progress instead of guessing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from collections.abc import Sequence
+
+from pion.llm.config import LlmConfig, load_config
+from pion.llm.engine import Engine
+from pion.llm.stores import MemorySegmentStore, PionSegmentStore, SegmentStore
+
+logger = logging.getLogger("pion.llm")
+
+
+def make_engine(config: LlmConfig) -> Engine:
+    """Load the model and connect the segment store the config asks for (runs in a thread)."""
+    import torch
+
+    from pion.client.runtimes.transformers_runtime import load_model
+    from pion.llm.segments import ModelShape
+
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    logger.info("loading model %s", config.model)
+    model, tokenizer = load_model(config.model, device=config.device)
+    store: SegmentStore | None = None
+    if config.cache_mode == "memory":
+        store = MemorySegmentStore()
+    elif config.cache_mode == "pion-server":
+        store = PionSegmentStore(ModelShape.of(model), config.vquant, config.pion_host, config.pion_port,
+                                 config.pion_password)
+    budget = config.budget_bytes
+    logger.info("prefix cache: %s%s", config.cache_mode,
+                f", budget {budget / 1024**3:.3f} GiB" if budget is not None and store is not None else "")
+    return Engine(model, tokenizer, config.model, store, config.vquant, budget if store is not None else None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import uvicorn
+
+    from pion.llm.app import create_app
+
+    config = load_config(argv)
+    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    shown = dataclasses.replace(config, pion_password="***") if config.pion_password else config
+    logger.info("pion-llm %s", shown)
+    app = create_app(config.model, config.max_queue, lambda: make_engine(config))
+    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level, access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

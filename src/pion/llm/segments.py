@@ -1,0 +1,197 @@
+"""A prompt as a chain of segments: how pion-llm cuts, names, restores and stores prefixes.
+
+A chat prompt is cut at message boundaries (spec, KV.PREFIX.LOOKUP: "stores a conversation as a
+chain of segments"): segment 0 is the system prompt (or the template's default system plus the
+first message), then one segment per later message. The generation prompt the template appends
+(``<|im_start|>assistant\\n``) is the *tail*: it is always prefilled and never stored, so every
+request has at least one token to run. A raw completion prompt is cut into fixed-size token chunks.
+
+Each segment is tokenized on its own, so its token ids do not depend on what follows it. Its
+namespace is derived from its parent's namespace plus its own token ids::
+
+    root   = sha256("pion-llm|v1|<model_id>|<vquant>|L<n_layers>|D<kv_dim>")[:32]
+    ns_0   = sha256(root + "|" + u32le(ids_0))[:32]
+    ns_i   = sha256(ns_{i-1} + "|" + u32le(ids_i))[:32]
+
+so a lineage is a path: two conversations that share a system prompt share ``ns_0``, and a
+segment's rows (post-RoPE K and V for its own tokens only) are valid only at the absolute
+positions its ancestors put it at, which is exactly where a chain restore puts it back.
+
+Rows are held as ``SegmentKV``: per side a tensor ``[n_layers, n_kv_heads, n_tokens, head_dim]``,
+the layout of ``DynamicCache.layers[i].keys`` without the batch dimension.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from pion.common.ids import Namespace
+
+NAMESPACE_VERSION = "v1"
+# Raw completion prompts are cut into chunks of this many tokens (a chat has message boundaries).
+DEFAULT_CHUNK_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a segment's rows look like for one model, and the identity that goes in namespaces."""
+
+    model_id: str
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def segment_bytes(self, n_tokens: int, bytes_per_value: int = 2) -> int:
+        """Stored bytes of one segment, both sides, every layer (fp16 by default)."""
+        return 2 * self.n_layers * n_tokens * self.kv_dim * bytes_per_value
+
+    @classmethod
+    def of(cls, model: Any) -> ModelShape:
+        cfg = model.config
+        n_heads = int(cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
+        n_kv_heads = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
+        model_id = str(getattr(model, "pion_model_id", None) or cfg.name_or_path or cfg.model_type)
+        return cls(model_id, int(cfg.num_hidden_layers), n_kv_heads, head_dim)
+
+
+@dataclass
+class PromptPlan:
+    """A prompt's token ids as storable segments plus a tail that is always prefilled."""
+
+    segments: list[list[int]]
+    tail: list[int]
+
+    @property
+    def ids(self) -> list[int]:
+        return [t for seg in self.segments for t in seg] + self.tail
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(s) for s in self.segments) + len(self.tail)
+
+
+@dataclass
+class SegmentKV:
+    """One segment's K and V rows: ``[n_layers, n_kv_heads, n_tokens, head_dim]`` per side."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    prefill_ms: float | None = None  # measured cold prefill of these tokens, when known
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.keys.shape[2])
+
+
+@dataclass
+class ChainLink:
+    """A segment's place in a lineage."""
+
+    namespace: Namespace
+    parent: Namespace | None
+    n_tokens: int
+    start: int  # absolute position of the segment's first token
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def root_namespace(shape: ModelShape, vquant: str) -> Namespace:
+    """The lineage root for one model and storage format (never stored itself)."""
+    text = f"pion-llm|{NAMESPACE_VERSION}|{shape.model_id}|{vquant}|L{shape.n_layers}|D{shape.kv_dim}"
+    return Namespace(hashlib.sha256(text.encode()).hexdigest()[:32])
+
+
+def child_namespace(parent: Namespace, ids: Sequence[int]) -> Namespace:
+    """A segment's namespace: its parent's namespace plus its own token ids (u32 LE)."""
+    digest = hashlib.sha256(parent.encode() + b"|" + np.asarray(ids, dtype="<u4").tobytes())
+    return Namespace(digest.hexdigest()[:32])
+
+
+def chain_links(root: Namespace, plan: PromptPlan) -> list[ChainLink]:
+    """The namespace of every segment of ``plan``, root first."""
+    links: list[ChainLink] = []
+    parent: Namespace | None = None
+    ns, start = root, 0
+    for seg in plan.segments:
+        child = child_namespace(ns, seg)
+        links.append(ChainLink(child, parent, len(seg), start))
+        parent, ns, start = child, child, start + len(seg)
+    return links
+
+
+def plan_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> PromptPlan:
+    """Cut a chat prompt at message boundaries using the tokenizer's own chat template.
+
+    The template is rendered for every message prefix; when a rendering is not a prefix of the next
+    (a template that rewrites earlier turns), there are no stable cut points and nothing is reused.
+    """
+    renders = [tokenizer.apply_chat_template(list(messages[:i]), tokenize=False)
+               for i in range(1, len(messages) + 1)]
+    full = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    pieces: list[str] = []
+    prev = ""
+    consistent = True
+    for text in renders:
+        if not text.startswith(prev):
+            consistent = False
+            break
+        pieces.append(text[len(prev):])
+        prev = text
+    if not consistent or not full.startswith(prev):
+        pieces, prev = [], ""  # no stable cut points: the whole prompt is prefilled, nothing stored
+    tail_text = full[len(prev):]
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    segments = [ids for ids in (encode(p) for p in pieces) if ids]
+    tail = encode(tail_text)
+    if not tail and segments:  # always keep at least one token to run
+        tail = segments.pop()
+    return PromptPlan(segments, tail)
+
+
+def plan_text(ids: Sequence[int], chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> PromptPlan:
+    """Cut raw prompt ids into whole chunks; the remainder (at least one token) is the tail.
+
+    BPE may merge the last few tokens differently when the text is extended, so the chunk holding the
+    prompt's end is never stored.
+    """
+    ids = list(ids)
+    n_whole = max(0, (len(ids) - 1) // chunk_tokens)
+    segments = [ids[i * chunk_tokens:(i + 1) * chunk_tokens] for i in range(n_whole)]
+    return PromptPlan(segments, ids[n_whole * chunk_tokens:])
+
+
+def cache_from_segments(model: Any, segments: Sequence[SegmentKV]) -> Any:
+    """A ``DynamicCache`` holding the concatenated rows of ``segments`` (empty when there are none)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    if not segments:
+        return cache
+    param = next(model.parameters())
+    for layer in range(int(segments[0].keys.shape[0])):
+        keys = torch.cat([s.keys[layer] for s in segments], dim=1) if len(segments) > 1 else segments[0].keys[layer]
+        values = (torch.cat([s.values[layer] for s in segments], dim=1) if len(segments) > 1
+                  else segments[0].values[layer])
+        cache.update(keys.unsqueeze(0).to(device=param.device, dtype=param.dtype),
+                     values.unsqueeze(0).to(device=param.device, dtype=param.dtype), layer)
+    return cache
+
+
+def segment_from_cache(cache: Any, start: int, end: int) -> SegmentKV:
+    """Copy rows ``[start, end)`` of every layer out of a filled ``DynamicCache``."""
+    keys = torch.stack([layer.keys[0, :, start:end] for layer in cache.layers]).clone()
+    values = torch.stack([layer.values[0, :, start:end] for layer in cache.layers]).clone()
+    return SegmentKV(keys, values)

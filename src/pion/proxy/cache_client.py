@@ -1,0 +1,151 @@
+"""pion-serve's connection to the L1 cache in pion-server (AI.SEMANTIC_CACHE over RESP).
+
+Failure is not an error for the proxy: when pion-server cannot be reached every call
+returns "no hit" / "not stored", ``available`` turns False (``/v1/stats`` shows
+cache_enabled: false) and the next call after ``retry_s`` tries to reconnect, so the
+cache comes back on its own when the server does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from pion.proxy.scope import ScopeKey
+
+# The first server-side embedding loads the model (seconds), so reads wait that long.
+READ_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class CacheHit:
+    """A stored answer returned by AI.SEMANTIC_CACHE GET."""
+
+    response: dict[str, Any]
+    similarity: float
+    entry_id: int
+    meta: dict[str, Any]
+
+
+class SemanticCacheClient:
+    """Async AI.SEMANTIC_CACHE client that degrades to "cache down" instead of failing."""
+
+    def __init__(self, host: str, port: int, password: str | None, cache_name: str,
+                 retry_s: float = 1.0) -> None:
+        self._redis = aioredis.Redis(host=host, port=port, password=password,
+                                     socket_timeout=READ_TIMEOUT_S,
+                                     socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                     retry=Retry(NoBackoff(), 0))
+        self.cache_name = cache_name
+        self._retry_s = retry_s
+        self._down_since: float | None = None
+        self._last_try = 0.0
+        self.last_error = ""
+
+    @property
+    def available(self) -> bool:
+        return self._down_since is None
+
+    async def ready(self) -> bool:
+        """True when the server is (again) usable; retries at most every ``retry_s``."""
+        if self._down_since is None:
+            return True
+        now = time.monotonic()
+        if now - self._last_try < self._retry_s:
+            return False
+        self._last_try = now
+        try:
+            await self._redis.ping()
+        except RedisError as exc:
+            self.last_error = str(exc)
+            return False
+        self._down_since = None
+        return True
+
+    def _mark_down(self, exc: Exception) -> None:
+        self.last_error = str(exc)
+        if self._down_since is None:
+            self._down_since = self._last_try = time.monotonic()
+
+    async def probe(self) -> bool:
+        """Ping now (ignoring the retry delay); True when the server answers."""
+        self._last_try = 0.0
+        if self._down_since is None:
+            try:
+                await self._redis.ping()
+            except RedisError as exc:
+                self._mark_down(exc)
+        return await self.ready()
+
+    async def _call(self, *args: Any) -> Any:
+        if not await self.ready():
+            raise RedisConnectionError("pion-server is down")
+        try:
+            return await self._redis.execute_command(*args)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            self._mark_down(exc)
+            raise RedisConnectionError(str(exc)) from exc
+
+    async def embed(self, text: str) -> str:
+        """Run AI.EMBED once (loads the server's model): "ok", "down" or "refused"."""
+        try:
+            await self._call("AI.EMBED", text)
+        except RedisConnectionError as exc:
+            self.last_error = str(exc)
+            return "down"
+        except RedisError as exc:
+            self.last_error = str(exc)
+            return "refused"
+        return "ok"
+
+    async def get(self, scope: ScopeKey, text: str, threshold: float,
+                  vector: np.ndarray | None = None) -> CacheHit | None:
+        args: list[Any] = ["AI.SEMANTIC_CACHE", "GET", self.cache_name, scope, text, "THRESHOLD", str(threshold)]
+        if vector is not None:
+            args += ["VECTOR", vector.astype("<f4").tobytes()]
+        try:
+            reply = await self._call(*args)
+        except RedisError as exc:
+            self.last_error = str(exc)
+            return None
+        if reply is None:
+            return None
+        try:
+            response = json.loads(reply[0])
+            meta = json.loads(reply[3]) if reply[3] is not None else {}
+            return CacheHit(response, float(reply[1]), int(reply[2]), meta)
+        except (ValueError, IndexError, TypeError) as exc:
+            self.last_error = f"malformed cache entry: {exc}"
+            return None
+
+    async def set(self, scope: ScopeKey, text: str, response: dict[str, Any], meta: dict[str, Any],
+                  ttl_s: float | None, vector: np.ndarray | None = None) -> int | None:
+        args: list[Any] = ["AI.SEMANTIC_CACHE", "SET", self.cache_name, scope, text,
+                           json.dumps(response), "META", json.dumps(meta)]
+        if ttl_s is not None:
+            args += ["TTL", str(ttl_s)]
+        if vector is not None:
+            args += ["VECTOR", vector.astype("<f4").tobytes()]
+        try:
+            return int(await self._call(*args))
+        except (RedisError, ValueError, TypeError) as exc:
+            self.last_error = str(exc)
+            return None
+
+    async def close(self) -> None:
+        try:
+            await self._redis.aclose()
+        except (RedisError, OSError):
+            pass
+

@@ -1,0 +1,69 @@
+"""Where L1 vectors come from: pion-server's auto-embed, SIE, or Ollama.
+
+``pion`` sends only text and lets the server embed (no vector crosses the wire); ``sie``
+and ``ollama`` embed in the proxy and send the vector with VECTOR. ``auto`` cascades
+pion -> sie (only when --sie-url is set) -> ollama; explicit choices never fall through.
+A request whose embedding fails is served without the cache.
+"""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+
+from pion.proxy.cache_client import SemanticCacheClient
+from pion.proxy.config import ServeConfig
+
+
+class EmbedderChoice:
+    """Resolves the embed backend and counts calls per backend for /v1/stats."""
+
+    def __init__(self, config: ServeConfig, cache: SemanticCacheClient, http: httpx.AsyncClient) -> None:
+        self._config = config
+        self._cache = cache
+        self._http = http
+        self.backend: str | None = None if config.embed_backend == "auto" else config.embed_backend
+        self.calls = {"sie": 0, "ollama": 0, "pion": 0}
+
+    async def resolve(self) -> str | None:
+        """Settle ``auto``: pion when the server embeds, else sie / ollama."""
+        if self.backend is not None:
+            return self.backend
+        outcome = await self._cache.embed("warm up")
+        if outcome == "ok":
+            self.backend = "pion"
+        elif outcome == "refused":
+            self.backend = "sie" if self._config.sie_url else "ollama"
+        return self.backend
+
+    async def vector(self, text: str) -> tuple[bool, np.ndarray | None]:
+        """(usable, vector): vector None means "let pion-server embed the text"."""
+        backend = await self.resolve()
+        if backend is None or backend == "none":
+            return False, None
+        if backend == "pion":
+            self.calls["pion"] += 1
+            return True, None
+        try:
+            vec = await (self._sie(text) if backend == "sie" else self._ollama(text))
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            return False, None
+        self.calls[backend] += 1
+        return True, vec
+
+    async def _sie(self, text: str) -> np.ndarray:
+        url = f"{str(self._config.sie_url).rstrip('/')}/v1/embeddings"
+        r = await self._http.post(url, json={"model": self._config.sie_model, "input": [text]}, timeout=10.0)
+        r.raise_for_status()
+        return np.asarray(r.json()["data"][0]["embedding"], dtype=np.float32)
+
+    async def _ollama(self, text: str) -> np.ndarray:
+        url = f"{self._config.ollama_url.rstrip('/')}/api/embed"
+        r = await self._http.post(url, json={"model": self._config.ollama_embed_model, "input": text},
+                                  timeout=10.0)
+        r.raise_for_status()
+        return np.asarray(r.json()["embeddings"][0], dtype=np.float32)
+
+    def stats(self) -> dict[str, object]:
+        return {"backend": self.backend or self._config.embed_backend, "sie_url": self._config.sie_url,
+                "sie_model": self._config.sie_model, "calls": dict(self.calls)}

@@ -1,0 +1,231 @@
+"""The "do not serve a wrong answer" check that runs after a similarity hit.
+
+Cosine on MiniLM cannot tell "order 48213" from "order 48231" (0.95) or "safe" from
+"unsafe" (0.98): the sentences differ in one token that decides the answer. So a cache
+hit is served only when the new question and the cached one also agree on
+
+  1. numbers (digits, number words, ordinals, codes such as E42 or 12A),
+  2. dates and times (months, weekdays, years, today/tomorrow, this/next week, am/pm),
+  3. negation (not / no / never / without / n't, and un-/in-/dis-/non- antonyms),
+  4. distinctive content words: after dropping function words and filler, every content
+     word of one question must match (same stem or listed synonym) a word of the other.
+     A word swapped for another (France/Germany, Python/Java) or added (numpy / numpy on
+     Windows) makes them different questions.
+
+It is deliberately conservative: a refused hit costs one backend call, a wrong hit
+serves someone else's answer. Measured by ``benchmarks/semantic_cache_eval.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_CONTRACTIONS = [
+    (r"\bcan't\b", "can not"), (r"\bwon't\b", "will not"), (r"\bshan't\b", "shall not"),
+    (r"n't\b", " not"), (r"'re\b", " are"), (r"'ve\b", " have"), (r"'ll\b", " will"),
+    (r"'d\b", " would"), (r"'m\b", " am"), (r"\bcannot\b", "can not"), (r"'s\b", ""),
+]
+_TOKEN = re.compile(r"[a-z0-9]+(?:[.][0-9]+)*")
+
+_NEGATORS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor",
+                       "without", "nowhere"})
+_NEG_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non")
+_ANTONYMS = frozenset(frozenset(p) for p in [
+    ("open", "closed"), ("open", "close"), ("enable", "disable"), ("positive", "negative"),
+    ("include", "exclude"), ("allow", "forbid"), ("accept", "reject"), ("increase", "decrease"),
+    ("before", "after"), ("more", "less"), ("maximum", "minimum"), ("max", "min"),
+    ("high", "low"), ("early", "late"), ("buy", "sell"), ("add", "remove"), ("win", "lose"),
+    ("upload", "download"), ("import", "export"), ("true", "false"), ("on", "off"),
+    ("connect", "disconnect"), ("lock", "unlock"), ("start", "stop"), ("arrive", "depart"),
+])
+
+_NUMBER_WORDS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+    "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
+    "thirteen": "13", "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17",
+    "eighteen": "18", "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40",
+    "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90",
+    "hundred": "100", "thousand": "1000", "million": "1e6", "billion": "1e9",
+    "dozen": "12", "half": "0.5", "twice": "x2", "double": "x2", "triple": "x3",
+    "single": "1", "both": "2",
+}
+_ORDINALS = {"first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": "5",
+             "sixth": "6", "seventh": "7", "eighth": "8", "ninth": "9", "tenth": "10",
+             "last": "last"}
+_ORDINAL_DIGITS = re.compile(r"^(\d+)(st|nd|rd|th)$")
+
+_MONTHS = {
+    "january": "jan", "jan": "jan", "february": "feb", "feb": "feb", "march": "mar",
+    "april": "apr", "apr": "apr", "june": "jun", "july": "jul", "august": "aug",
+    "aug": "aug", "september": "sep", "sept": "sep", "october": "oct", "oct": "oct",
+    "november": "nov", "nov": "nov", "december": "dec", "dec": "dec",
+}
+_TIME_WORDS = frozenset({
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
+    "today", "tomorrow", "yesterday", "tonight", "morning", "afternoon", "evening", "night",
+    "noon", "midnight", "weekend", "weekday", "week", "month", "year", "quarter", "decade",
+    "century", "spring", "summer", "autumn", "fall", "winter", "now", "currently",
+    "recently", "daily", "weekly", "monthly", "yearly", "annually", "holiday", "holidays",
+})
+_TIME_MODIFIERS = frozenset({"this", "next", "last", "past", "previous", "coming", "current"})
+
+# Function words and request framing: their presence never changes which answer fits.
+_STOPWORDS = frozenset("""
+a an the i me my mine myself we us our ours you your yours it its they them their he she him
+her his is are was were be been being am do does did doing done have has had having can could
+would should will shall may might must what which who whom whose where when why how that this
+these those there here of to for in on at by with from into onto about as and or but if so than
+then some any get got let please tell explain give show know want like wanted would help hi hello
+hey thanks thank ok okay just also really actually exactly still yet way ways best good simple
+terms overview possible possibly kind sort type anyone someone something anything use using
+used go going make sure need does quick quickly fastest whether about again currently there's
+is it what's whats im id r ur u pls plz via per each every between up much many happen
+""".split())
+# Words a paraphrase adds without changing the question (one-sided only).
+_FILLER = frozenset("""
+city current currently still yet any new past step steps tip tips way ways recipe
+time long much many amount number people
+""".split())
+_SYNONYMS = [
+    {"change", "update", "modify", "edit"}, {"cost", "price", "pricing", "fee", "charge"},
+    {"quick", "fast", "rapid", "speed"}, {"buy", "purchase", "order"}, {"contact", "reach"},
+    {"see", "view", "find", "check", "look"}, {"refund", "money"}, {"cancel", "terminate"},
+    {"start", "begin"}, {"big", "large", "bigger", "larger", "biggest", "largest"},
+    {"author", "write", "wrote", "written"}, {"paint", "painter", "painted"},
+    {"delete", "remove"}, {"request", "apply", "ask"}, {"create", "make", "build"},
+    {"fix", "repair", "solve"}, {"reduce", "lower"}, {"turn", "enable"},
+    {"leaking", "leaky", "leak"}, {"fresh", "good"}, {"run", "runs", "ceo"},
+    {"store", "keep"}, {"drain", "draining"}, {"frequent", "frequently", "often"},
+    {"last", "shelf"}, {"sci", "science", "fiction", "scifi"}, {"stand", "short"},
+    {"reason", "cause", "causes", "make", "makes"}, {"live", "population", "people"},
+    {"stop", "rid"}, {"past", "history", "previous"}, {"say", "translate"},
+    {"different", "difference", "differ"}, {"download", "get"}, {"tall", "tallest"},
+]
+_SYNONYM_OF: dict[str, int] = {w: i for i, group in enumerate(_SYNONYMS) for w in group}
+
+
+@dataclass(frozen=True, slots=True)
+class GuardVerdict:
+    """Whether a similarity hit may be served, and why not."""
+
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionFacts:
+    """What the guard compares, extracted once per question."""
+
+    numbers: tuple[str, ...]
+    times: frozenset[str]
+    negations: int
+    content: frozenset[str]
+
+
+def _tokens(text: str) -> list[str]:
+    text = text.lower().replace("\u2019", "'")
+    text = re.sub(r"(?<=\d),(?=\d{3})", "", text)
+    for pattern, repl in _CONTRACTIONS:
+        text = re.sub(pattern, repl, text)
+    return _TOKEN.findall(text)
+
+
+def _stem(word: str) -> str:
+    if word.endswith(("ss", "us", "is", "eed")):
+        return word
+    for suffix, repl in (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("es", ""),
+                         ("ly", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            if suffix == "es" and not word.endswith(("ses", "xes", "zes", "ches", "shes")):
+                continue
+            stem = word[: -len(suffix)] + repl
+            if suffix in ("ing", "ed") and len(stem) > 3 and stem[-1] == stem[-2]:
+                stem = stem[:-1]  # shipping -> ship, planned -> plan
+            return stem
+    return word
+
+
+def extract(text: str) -> QuestionFacts:
+    """The numbers, time expressions, negation count and content stems of ``text``."""
+    tokens = _tokens(text)
+    numbers: list[str] = []
+    times: set[str] = set()
+    negations = 0
+    content: set[str] = set()
+    for i, tok in enumerate(tokens):
+        prev = tokens[i - 1] if i else ""
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        near_digit = any(c.isdigit() for c in prev + nxt)
+        if any(c.isdigit() for c in tok):
+            m = _ORDINAL_DIGITS.match(tok)
+            numbers.append(m.group(1) if m else tok)
+        elif tok in _NUMBER_WORDS:
+            numbers.append(_NUMBER_WORDS[tok])
+        elif tok in _ORDINALS and not (tok == "last" and nxt in _TIME_WORDS):
+            numbers.append("#" + _ORDINALS[tok])
+        elif tok in _MONTHS or (tok == "may" and near_digit):
+            times.add(_MONTHS.get(tok, "may"))
+        elif tok in ("am", "pm") and near_digit:
+            times.add(tok)
+        elif _stem(tok) in _TIME_WORDS or tok in _TIME_WORDS:
+            word = tok if tok in _TIME_WORDS else _stem(tok)
+            times.add(f"{prev}:{word}" if prev in _TIME_MODIFIERS else word)
+        elif tok in _NEGATORS:
+            negations += 1
+        elif tok in _TIME_MODIFIERS and nxt in _TIME_WORDS:
+            continue
+        elif tok not in _STOPWORDS and len(tok) > 1:
+            content.add(_stem(tok))
+    return QuestionFacts(tuple(numbers), frozenset(times), negations, frozenset(content))
+
+
+def _dedup(numbers: tuple[str, ...]) -> list[str]:
+    return list(dict.fromkeys(numbers))
+
+
+def _same_word(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if len(a) >= 5 and len(b) >= 5 and (a.startswith(b) or b.startswith(a)):
+        return True
+    ga, gb = _SYNONYM_OF.get(a), _SYNONYM_OF.get(b)
+    return ga is not None and ga == gb
+
+
+def _antonyms(a: str, b: str) -> bool:
+    if frozenset((a, b)) in _ANTONYMS:
+        return True
+    for p in _NEG_PREFIXES:
+        if (a == p + b or b == p + a) and len(min(a, b, key=len)) >= 3:
+            return True
+    return False
+
+
+def check_facts(query: QuestionFacts, cached: QuestionFacts) -> GuardVerdict:
+    """Compare two extracted questions; see the module docstring for the rules."""
+    if sorted(set(query.numbers)) != sorted(set(cached.numbers)):
+        return GuardVerdict(False, f"numbers differ: {list(query.numbers)} vs {list(cached.numbers)}")
+    if len(set(query.numbers)) > 1 and _dedup(query.numbers) != _dedup(cached.numbers):
+        return GuardVerdict(False, "numbers in another order")
+    if query.times != cached.times:
+        return GuardVerdict(False, f"dates/times differ: {sorted(query.times)} vs {sorted(cached.times)}")
+    if query.negations != cached.negations:
+        return GuardVerdict(False, "negation differs")
+    only_q = [w for w in query.content if not any(_same_word(w, o) for o in cached.content)]
+    only_c = [w for w in cached.content if not any(_same_word(w, o) for o in query.content)]
+    for a in only_q:
+        for b in only_c:
+            if _antonyms(a, b):
+                return GuardVerdict(False, f"negation differs: {a} vs {b}")
+    if only_q and only_c:
+        return GuardVerdict(False, f"content words differ: {sorted(only_q)} vs {sorted(only_c)}")
+    extra = [w for w in only_q + only_c if w not in _FILLER]
+    if extra:
+        return GuardVerdict(False, f"one question adds {sorted(extra)}")
+    return GuardVerdict(True)
+
+
+def check(query: str, cached: str) -> GuardVerdict:
+    """May the answer cached for question ``cached`` be served for ``query``?"""
+    return check_facts(extract(query), extract(cached))

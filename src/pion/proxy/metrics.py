@@ -1,0 +1,86 @@
+"""Counters behind GET /v1/stats (the spec's schema) and GET /metrics (Prometheus).
+
+Each app gets its own Prometheus registry so several proxies (tests) can share a process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+SIMILARITY_BUCKETS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99, 1.0)
+
+
+@dataclass
+class ServeStats:
+    """Request outcomes since start."""
+
+    total_requests: int = 0
+    l1_cache_hits: int = 0
+    full_inference: int = 0
+    errors: int = 0
+    guard_rejections: int = 0
+    latency_ms_sum: float = 0.0
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.m_requests = Counter("pion_serve_requests", "Chat completion requests by outcome",
+                                  ["source"], registry=r)
+        self.m_hits = Counter("pion_serve_cache_hits", "Requests served from a cache layer", ["layer"], registry=r)
+        self.m_misses = Counter("pion_serve_cache_misses", "Cache lookups that found nothing servable",
+                                registry=r)
+        self.m_guard = Counter("pion_serve_guard_rejections", "Similarity hits refused by the guard",
+                               registry=r)
+        self.m_backend = Histogram("pion_serve_backend_latency_seconds", "Backend call latency",
+                                   ["backend"], registry=r)
+        self.m_similarity = Histogram("pion_serve_lookup_similarity",
+                                      "Best similarity returned by each L1 lookup that found a candidate",
+                                      buckets=SIMILARITY_BUCKETS, registry=r)
+
+    def record(self, source: str, latency_ms: float) -> None:
+        """One finished request: source is l1_cache | full_inference | error."""
+        self.total_requests += 1
+        self.latency_ms_sum += latency_ms
+        if source == "l1_cache":
+            self.l1_cache_hits += 1
+            self.m_hits.labels(layer="l1").inc()
+        elif source == "full_inference":
+            self.full_inference += 1
+        else:
+            self.errors += 1
+        self.m_requests.labels(source=source).inc()
+
+    def prometheus(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def schema(self, *, backend: str, model: str | None, cache_enabled: bool,
+               embedder: dict[str, Any]) -> dict[str, Any]:
+        """The /v1/stats document; layers that do not exist yet report 0 / null."""
+        total = self.total_requests
+        rate = (lambda n: round(n / total, 4) if total else 0.0)
+        return {
+            "total_requests": total,
+            "l1_cache_hits": self.l1_cache_hits,
+            "l3_synthesis": 0, "l3_direct": 0, "l3_composite": 0,
+            "full_inference": self.full_inference,
+            "l1_hit_rate": rate(self.l1_cache_hits),
+            "l3_synthesis_rate": 0.0,
+            "full_inference_rate": rate(self.full_inference),
+            "cost_savings_pct": round(rate(self.l1_cache_hits) * 100, 2),
+            "rag_injections": 0,
+            "avg_latency_ms": round(self.latency_ms_sum / total, 3) if total else 0.0,
+            "backend": backend,
+            "model": model,
+            "cache_enabled": cache_enabled,
+            "distill_enabled": False,
+            "rag_index": None,
+            "embedder": embedder,
+            "l3_concepts": None,
+            "l3_fragments": None,
+            "intent_router": None,
+            "mlx_gpu": None,
+            "v_store": None,
+        }

@@ -1,0 +1,82 @@
+"""Which cache partition a request belongs to, and whether it may be looked up or stored.
+
+The scope is a hard partition applied before any similarity: the SHA-256 of everything
+that could change the answer besides the last user message (backend, model, system
+prompt, tools, response_format and every earlier turn). Two requests share a scope only
+when all of that is byte-identical, so a paraphrase in another conversation never hits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NewType
+
+from pion.proxy.backends.base import text_of
+
+ScopeKey = NewType("ScopeKey", str)
+SCOPE_VERSION = 1
+# Request fields that change what a correct answer is; sampling knobs do not.
+_SCOPE_FIELDS = ("tools", "tool_choice", "functions", "function_call", "response_format")
+
+
+@dataclass(frozen=True, slots=True)
+class CachePolicy:
+    """What this request allows: look up (``lookup``), store the answer (``store``)."""
+
+    lookup: bool
+    store: bool
+    reason: str = ""
+
+
+def scope_of(body: Mapping[str, Any], backend: str, model: str) -> ScopeKey:
+    """The scope hash of a chat-completions request (all but its last message)."""
+    messages = list(body.get("messages") or [])
+    parts = {
+        "v": SCOPE_VERSION, "backend": backend, "model": model,
+        "history": messages[:-1],
+        **{k: body[k] for k in _SCOPE_FIELDS if body.get(k) is not None},
+    }
+    canon = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return ScopeKey(hashlib.sha256(canon.encode()).hexdigest()[:32])
+
+
+def last_user_text(body: Mapping[str, Any]) -> str | None:
+    """The text of the last message when it is a user message, else None."""
+    messages = body.get("messages") or []
+    if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
+        return None
+    text = text_of(messages[-1].get("content"))
+    return text if text.strip() else None
+
+
+def cache_policy(body: Mapping[str, Any], headers: Mapping[str, str], cache_on: bool) -> CachePolicy:
+    """Apply Cache-Control / body ``cache`` options, n > 1 and message shape rules."""
+    if not cache_on:
+        return CachePolicy(False, False, "cache disabled")
+    directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
+    opts = body.get("cache") if isinstance(body.get("cache"), dict) else {}
+    no_cache = "no-cache" in directives or bool(opts.get("no-cache") or opts.get("no_cache"))
+    no_store = "no-store" in directives or bool(opts.get("no-store") or opts.get("no_store"))
+    n = body.get("n")
+    if isinstance(n, int) and n > 1:
+        return CachePolicy(False, False, "n > 1")
+    if last_user_text(body) is None:
+        return CachePolicy(False, False, "last message is not user text")
+    return CachePolicy(not no_cache, not no_store, "cache-control" if no_cache or no_store else "")
+
+
+def storable(completion: Mapping[str, Any]) -> str | None:
+    """The answer text when a completion may be cached: one choice, finished by "stop",
+    no tool calls, non-empty text. None otherwise."""
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return None
+    choice = choices[0]
+    message = choice.get("message") or {}
+    if choice.get("finish_reason") != "stop" or message.get("tool_calls") or message.get("function_call"):
+        return None
+    content = message.get("content")
+    return content if isinstance(content, str) and content else None

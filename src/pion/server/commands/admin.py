@@ -1,0 +1,349 @@
+"""Connection and server commands standard Redis tools need.
+
+PING ECHO HELLO AUTH SELECT CLIENT COMMAND INFO CONFIG QUIT FLUSHALL.
+
+Replies follow Redis 7 so redis-py, redis-cli and redis-benchmark behave as they do
+against Redis: HELLO's map, AUTH's ``-WRONGPASS`` wording, ``COMMAND DOCS`` (redis-cli's
+interactive hints), INFO as ``# Section`` blocks (verbatim string under RESP3). INFO's
+sections beyond Server/Clients/Memory come from the families' ``info(state)`` hooks.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+from pion import __version__
+from pion.common.errors import CommandError, arity_error, clip_for_echo
+from pion.server.commands.spec import CommandSpec
+from pion.server.context import ClientState, CommandContext
+from pion.server.resp.replies import OK, SimpleString, Verbatim
+
+REDIS_COMPAT_VERSION = "7.2.0"  # the Redis whose protocol and replies we follow
+WRONGPASS = "invalid username-password pair or user is disabled."
+NOT_INTEGER = "value is not an integer or out of range"
+_BAD_NAME_CHARS = frozenset(range(0, 33)) | {127}
+
+
+def _check_password(ctx: CommandContext, user: bytes, password: bytes) -> None:
+    """Authenticate the client or raise -WRONGPASS (constant-time comparison)."""
+    expected = ctx.server.config.requirepass
+    if user.lower() != b"default":
+        raise CommandError(WRONGPASS, code="WRONGPASS")
+    if expected is not None and not hmac.compare_digest(password, expected.encode()):
+        raise CommandError(WRONGPASS, code="WRONGPASS")
+    ctx.client.authenticated = True
+
+
+def _valid_name(raw: bytes) -> str:
+    if any(b in _BAD_NAME_CHARS for b in raw):
+        raise CommandError("Client names cannot contain spaces, newlines or special characters.")
+    return raw.decode("utf-8", "replace")
+
+
+# ---- connection -----------------------------------------------------------------------------
+def cmd_admin_ping(ctx: CommandContext, args: list[bytes]) -> Any:
+    if len(args) > 1:
+        raise arity_error("ping")
+    return args[0] if args else SimpleString("PONG")
+
+
+def cmd_admin_echo(ctx: CommandContext, args: list[bytes]) -> Any:
+    return args[0]
+
+
+def cmd_admin_auth(ctx: CommandContext, args: list[bytes]) -> Any:
+    if len(args) > 2:
+        raise CommandError("syntax error")
+    if len(args) == 1 and ctx.server.config.requirepass is None:
+        raise CommandError("AUTH <password> called without any password configured for the "
+                           "default user. Are you sure your configuration is correct?")
+    user, password = (b"default", args[0]) if len(args) == 1 else (args[0], args[1])
+    _check_password(ctx, user, password)
+    return OK
+
+
+def cmd_admin_hello(ctx: CommandContext, args: list[bytes]) -> Any:
+    protocol = ctx.client.protocol
+    auth: tuple[bytes, bytes] | None = None
+    name: str | None = None
+    if args:
+        try:
+            protocol = int(args[0])
+        except ValueError:
+            raise CommandError("Protocol version is not an integer or out of range") from None
+        i = 1
+        while i < len(args):
+            opt = args[i].upper()
+            if opt == b"AUTH" and i + 2 < len(args):
+                auth = (args[i + 1], args[i + 2])
+                i += 3
+            elif opt == b"SETNAME" and i + 1 < len(args):
+                name = _valid_name(args[i + 1])
+                i += 2
+            else:
+                raise CommandError(f"Syntax error in HELLO option '{clip_for_echo(args[i])}'")
+        if protocol not in (2, 3):
+            raise CommandError("unsupported protocol version", code="NOPROTO")
+    if auth is not None:
+        _check_password(ctx, *auth)
+    elif ctx.server.config.requirepass is not None and not ctx.client.authenticated:
+        raise CommandError("HELLO must be called with the client already authenticated, "
+                           "otherwise the HELLO <proto> AUTH <user> <pass> option can be used "
+                           "to authenticate the client and select the RESP protocol version "
+                           "at the same time", code="NOAUTH")
+    ctx.client.protocol = protocol
+    if name is not None:
+        ctx.client.name = name
+    return {"server": "redis", "version": REDIS_COMPAT_VERSION, "proto": protocol,
+            "id": ctx.client.client_id, "mode": "standalone", "role": "master",
+            "modules": [], "pion_version": __version__}
+
+
+def cmd_admin_select(ctx: CommandContext, args: list[bytes]) -> Any:
+    try:
+        index = int(args[0])
+    except ValueError:
+        raise CommandError(NOT_INTEGER) from None
+    if index != 0:
+        raise CommandError("DB index is out of range")
+    return OK
+
+
+def cmd_admin_quit(ctx: CommandContext, args: list[bytes]) -> Any:
+    ctx.client.close_after_reply = True
+    return OK
+
+
+# ---- CLIENT ----------------------------------------------------------------------------------
+def _client_line(client: ClientState, conn: Any) -> str:
+    now = time.time()
+    idle = int(conn.idle_seconds()) if conn is not None else 0
+    return (f"id={client.client_id} addr={client.addr} laddr= fd=-1 name={client.name} "
+            f"age={int(now - client.created_at)} idle={idle} flags=N db={client.db} "
+            f"sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 "
+            f"obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={client.last_command or 'NULL'} "
+            f"user=default redir=-1 resp={client.protocol} lib-name={client.lib_name} "
+            f"lib-ver={client.lib_ver}")
+
+
+def cmd_admin_client(ctx: CommandContext, args: list[bytes]) -> Any:
+    sub = args[0].upper()
+    rest = args[1:]
+    client = ctx.client
+    if sub == b"ID" and not rest:
+        return client.client_id
+    if sub == b"SETNAME" and len(rest) == 1:
+        client.name = _valid_name(rest[0])
+        return OK
+    if sub == b"GETNAME" and not rest:
+        return client.name.encode() if client.name else None
+    if sub == b"SETINFO" and len(rest) == 2:
+        attr = rest[0].upper()
+        if attr not in (b"LIB-NAME", b"LIB-VER"):
+            raise CommandError(f"Unrecognized option '{clip_for_echo(rest[0])}'")
+        value = _valid_name(rest[1])
+        if attr == b"LIB-NAME":
+            client.lib_name = value
+        else:
+            client.lib_ver = value
+        return OK
+    if sub == b"INFO" and not rest:
+        conns = ctx.server.components.get("clients", {})
+        return Verbatim(_client_line(client, conns.get(client.client_id)) + "\n")
+    if sub == b"LIST":
+        return Verbatim(_client_list(ctx, rest))
+    if sub == b"HELP":
+        return [SimpleString(line) for line in (
+            "CLIENT <subcommand> [<arg> ...]. Subcommands are:",
+            "ID", "SETNAME <name>", "GETNAME", "SETINFO <LIB-NAME|LIB-VER> <value>",
+            "INFO", "LIST [TYPE normal] [ID <id> ...]", "HELP")]
+    if sub in (b"ID", b"SETNAME", b"GETNAME", b"SETINFO", b"INFO"):
+        raise arity_error(f"client|{sub.decode().lower()}")
+    raise CommandError(f"unknown subcommand '{clip_for_echo(args[0])}'. Try CLIENT HELP.")
+
+
+def _client_list(ctx: CommandContext, rest: list[bytes]) -> str:
+    conns: dict[int, Any] = ctx.server.components.get("clients", {})
+    wanted: set[int] | None = None
+    if rest:
+        opt = rest[0].upper()
+        if opt == b"TYPE" and len(rest) == 2:
+            if rest[1].lower() not in (b"normal", b"master", b"replica", b"pubsub"):
+                raise CommandError(f"Unknown client type '{clip_for_echo(rest[1])}'")
+            if rest[1].lower() != b"normal":
+                return ""
+        elif opt == b"ID" and len(rest) >= 2:
+            try:
+                wanted = {int(x) for x in rest[1:]}
+            except ValueError:
+                raise CommandError("Invalid client ID") from None
+        else:
+            raise CommandError("syntax error")
+    lines = [_client_line(conn.client, conn) for cid, conn in sorted(conns.items())
+             if wanted is None or cid in wanted]
+    return "".join(line + "\n" for line in lines)
+
+
+# ---- COMMAND ---------------------------------------------------------------------------------
+def _command_info(spec: CommandSpec) -> list[Any]:
+    flags = sorted(spec.flags - {"noauth"}) + (["no_auth"] if "noauth" in spec.flags else [])
+    return [spec.name.lower(), spec.arity, [SimpleString(f) for f in flags], 0, 0, 0, [], [], [],
+            []]
+
+
+def _command_docs(spec: CommandSpec) -> dict[str, Any]:
+    group = "pion" if "." in spec.name else "generic"
+    return {"summary": spec.summary or spec.name, "since": "1.0.0", "group": group,
+            "complexity": "O(1)" if "fast" in spec.flags else "O(N)"}
+
+
+def cmd_admin_command(ctx: CommandContext, args: list[bytes]) -> Any:
+    specs: dict[str, CommandSpec] = ctx.server.components["table"].specs
+    if not args:
+        return [_command_info(spec) for spec in specs.values()]
+    sub = args[0].upper()
+    names = [a.decode("utf-8", "replace").upper() for a in args[1:]]
+    if sub == b"COUNT" and not names:
+        return len(specs)
+    if sub == b"INFO":
+        chosen = names or list(specs)
+        return [_command_info(specs[n]) if n in specs else None for n in chosen]
+    if sub == b"DOCS":
+        chosen = names or list(specs)
+        return {n.lower(): _command_docs(specs[n]) for n in chosen if n in specs}
+    if sub == b"LIST" and not names:
+        return [n.lower() for n in specs]
+    raise CommandError(f"unknown subcommand or wrong number of arguments for "
+                       f"'{clip_for_echo(args[0])}'. Try COMMAND HELP.")
+
+
+# ---- INFO / CONFIG ---------------------------------------------------------------------------
+def _human(n_bytes: int) -> str:
+    for unit, size in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.2f}{unit}"
+    return f"{n_bytes}B"
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _core_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
+    cfg = ctx.server.config
+    uptime = int(time.time() - ctx.server.started_at)
+    rss = _rss_bytes()
+    clients = ctx.server.components.get("clients", {})
+    return {
+        "Server": [
+            ("redis_version", REDIS_COMPAT_VERSION), ("pion_version", __version__),
+            ("redis_mode", "standalone"), ("os", f"{platform.system()} {platform.release()}"),
+            ("arch_bits", 64 if sys.maxsize > 2**32 else 32),
+            ("python_version", platform.python_version()), ("process_id", os.getpid()),
+            ("tcp_port", cfg.port), ("uptime_in_seconds", uptime),
+            ("uptime_in_days", uptime // 86400), ("hz", cfg.hz), ("workers", cfg.workers),
+            ("data_dir", str(cfg.data_dir)), ("config_file", ""),
+        ],
+        "Clients": [
+            ("connected_clients", len(clients)), ("maxclients", cfg.maxclients),
+            ("blocked_clients", 0),
+        ],
+        "Memory": [
+            ("used_memory", rss), ("used_memory_human", _human(rss)),
+            ("used_memory_rss", rss), ("maxmemory", cfg.maxmemory),
+            ("maxmemory_human", _human(cfg.maxmemory)),
+            ("maxmemory_policy", "lru-sessions" if cfg.maxmemory else "noeviction"),
+        ],
+    }
+
+
+def render_info(sections: dict[str, list[tuple[str, object]]]) -> str:
+    """Redis's INFO text: ``# Section`` then ``field:value`` lines, blank line between."""
+    blocks = []
+    for name, fields in sections.items():
+        lines = [f"# {name}"] + [f"{k}:{v}" for k, v in fields]
+        blocks.append("\r\n".join(lines) + "\r\n")
+    return "\r\n".join(blocks)
+
+
+def cmd_admin_info(ctx: CommandContext, args: list[bytes]) -> Any:
+    sections = _core_sections(ctx)
+    for name, fields in ctx.server.components["table"].info(ctx.server).items():
+        existing = next((k for k in sections if k.lower() == name.lower()), None)
+        sections.setdefault(existing or name, []).extend(fields)
+    wanted = {a.decode("utf-8", "replace").lower() for a in args}
+    if wanted and not wanted & {"all", "everything", "default"}:
+        sections = {k: v for k, v in sections.items() if k.lower() in wanted}
+    return Verbatim(render_info(sections))
+
+
+def _config_view(ctx: CommandContext) -> dict[str, str]:
+    cfg = ctx.server.config
+    return {
+        "port": str(cfg.port), "bind": cfg.bind, "dir": str(cfg.data_dir),
+        "maxmemory": str(cfg.maxmemory), "maxclients": str(cfg.maxclients),
+        "proto-max-bulk-len": str(cfg.proto_max_bulk_len),
+        "slowlog-log-slower-than": str(cfg.slowlog_log_slower_than_us),
+        "hz": str(cfg.hz), "databases": "1", "save": "", "appendonly": "no",
+        "requirepass": cfg.requirepass or "", "loglevel": cfg.loglevel,
+        "max-sessions": str(cfg.max_sessions),
+        "prefill-us-per-token": str(cfg.prefill_us_per_token),
+    }
+
+
+def cmd_admin_config(ctx: CommandContext, args: list[bytes]) -> Any:
+    """CONFIG GET <pattern>... (read-only view; the config is fixed at start-up)."""
+    sub = args[0].upper()
+    if sub == b"GET" and len(args) >= 2:
+        from pion.server.store.keyspace import compile_glob
+
+        view = _config_view(ctx)
+        found: dict[str, str] = {}
+        for pattern in args[1:]:
+            regex = compile_glob(pattern.lower())
+            found.update({k: v for k, v in view.items() if regex.match(k.encode())})
+        return found
+    if sub in (b"SET", b"RESETSTAT", b"REWRITE"):
+        raise CommandError("CONFIG SET/RESETSTAT/REWRITE are not supported: "
+                           "pion-server's configuration is fixed at start-up (flags, PION_* env)")
+    raise CommandError(f"unknown subcommand '{clip_for_echo(args[0])}'. Try CONFIG HELP.")
+
+
+def cmd_admin_flushall(ctx: CommandContext, args: list[bytes]) -> Any:
+    if len(args) > 1 or (args and args[0].upper() not in (b"ASYNC", b"SYNC")):
+        raise CommandError("syntax error")
+    ctx.server.components["table"].flushall(ctx.server)
+    return OK
+
+
+
+COMMANDS: list[CommandSpec] = [
+    CommandSpec("PING", -1, cmd_admin_ping, frozenset({"fast"}), "Check the connection"),
+    CommandSpec("ECHO", 2, cmd_admin_echo, frozenset({"fast"}), "Return the argument"),
+    CommandSpec("HELLO", -1, cmd_admin_hello, frozenset({"noauth", "fast"}),
+                "Handshake: choose RESP2/RESP3, authenticate, name the connection"),
+    CommandSpec("AUTH", -2, cmd_admin_auth, frozenset({"noauth", "fast"}),
+                "Authenticate the connection"),
+    CommandSpec("SELECT", 2, cmd_admin_select, frozenset({"fast"}),
+                "Select database 0 (the only one)"),
+    CommandSpec("QUIT", -1, cmd_admin_quit, frozenset({"noauth", "fast"}),
+                "Close the connection after the reply"),
+    CommandSpec("CLIENT", -2, cmd_admin_client, frozenset({"admin"}),
+                "Connection introspection: ID, SETNAME, GETNAME, SETINFO, INFO, LIST"),
+    CommandSpec("COMMAND", -1, cmd_admin_command, frozenset(),
+                "Command table introspection: COUNT, INFO, DOCS, LIST"),
+    CommandSpec("INFO", -1, cmd_admin_info, frozenset(), "Server information and statistics"),
+    CommandSpec("CONFIG", -2, cmd_admin_config, frozenset({"admin"}),
+                "Read the effective configuration (CONFIG GET)"),
+    CommandSpec("FLUSHALL", -1, cmd_admin_flushall, frozenset({"write"}),
+                "Remove every key, session and prefix"),
+]

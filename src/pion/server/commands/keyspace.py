@@ -1,0 +1,297 @@
+"""Keyspace commands: SET GET MGET MSET EXISTS DEL UNLINK EXPIRE PEXPIRE TTL PTTL KEYS SCAN DBSIZE.
+
+Thin wrappers over ``pion.server.store.keyspace.Keyspace`` (in
+``state.components["keyspace"]``); argument errors use Redis's wording so redis-py
+raises the same exceptions it would against Redis. Writes that grow the keyspace ask
+the V-store (when loaded) to make room under ``--maxmemory`` first; ``-OOM`` if it cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pion.common.errors import CommandError, arity_error
+from pion.server.commands.spec import CommandSpec
+from pion.server.context import CommandContext, ServerState
+from pion.server.resp.replies import OK
+from pion.server.store.keyspace import ENTRY_OVERHEAD_BYTES, Keyspace, now_ms
+
+COMPONENT = "keyspace"
+SYNTAX_ERROR = "syntax error"
+NOT_INTEGER = "value is not an integer or out of range"
+MAX_EXPIRE_MS = 2**62  # beyond this, unix-ms arithmetic overflows Redis's 64-bit range
+MAX_SCAN_COUNT = 1_000_000
+
+
+def _keyspace(ctx: CommandContext) -> Keyspace:
+    ks: Keyspace = ctx.server.components[COMPONENT]
+    return ks
+
+
+def parse_int(raw: bytes) -> int:
+    """A Redis integer argument (ASCII, optional '-', no spaces); -ERR otherwise."""
+    if not raw or len(raw) > 20 or raw[:1] == b"+" or raw != raw.strip():
+        raise CommandError(NOT_INTEGER)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise CommandError(NOT_INTEGER) from None
+    if not -(2**63) <= value < 2**63:
+        raise CommandError(NOT_INTEGER)
+    return value
+
+
+def _deadline_ms(amount: int, unit_ms: int, absolute: bool, command: str) -> int:
+    """Absolute unix-ms deadline for EX/PX/EXAT/PXAT ``amount``; Redis's range errors."""
+    if amount <= 0 and command == "set":
+        raise CommandError(f"invalid expire time in '{command}' command")
+    if abs(amount) > MAX_EXPIRE_MS // unit_ms:
+        raise CommandError(f"invalid expire time in '{command}' command")
+    deadline = amount * unit_ms if absolute else now_ms() + amount * unit_ms
+    if deadline > MAX_EXPIRE_MS:
+        raise CommandError(f"invalid expire time in '{command}' command")
+    return deadline
+
+
+def _make_room(ctx: CommandContext, extra_bytes: int) -> None:
+    """Under --maxmemory, let the V-store evict sessions so ``extra_bytes`` fit; else -OOM."""
+    limit = ctx.server.config.maxmemory
+    if not limit or extra_bytes <= 0:
+        return
+    vstore = ctx.server.components.get("vstore")
+    if vstore is not None:
+        vstore.make_room(extra_bytes)
+    elif _keyspace(ctx).used_bytes + extra_bytes > limit:
+        raise CommandError("command not allowed when used memory > 'maxmemory'.", code="OOM")
+
+
+def _growth(ks: Keyspace, key: bytes, value: bytes) -> int:
+    old = ks.get(key)
+    if old is None:
+        return len(key) + len(value) + ENTRY_OVERHEAD_BYTES
+    return len(value) - len(old)
+
+
+# ---- strings -------------------------------------------------------------------------------
+def cmd_keyspace_get(ctx: CommandContext, args: list[bytes]) -> Any:
+    return _keyspace(ctx).get(args[0])
+
+
+def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
+    ks = _keyspace(ctx)
+    key, value = args[0], args[1]
+    if len(args) == 2:  # the hot path: plain SET
+        if ctx.server.config.maxmemory:
+            _make_room(ctx, _growth(ks, key, value))
+        ks.set(key, value)
+        return OK
+    condition = b""
+    want_old = False
+    keep_ttl = False
+    expiry: tuple[bytes, int] | None = None
+    i = 2
+    while i < len(args):
+        opt = args[i].upper()
+        if opt in (b"NX", b"XX"):
+            if condition and condition != opt:
+                raise CommandError(SYNTAX_ERROR)
+            condition = opt
+        elif opt == b"GET":
+            want_old = True
+        elif opt == b"KEEPTTL":
+            if expiry is not None:
+                raise CommandError(SYNTAX_ERROR)
+            keep_ttl = True
+        elif opt in (b"EX", b"PX", b"EXAT", b"PXAT"):
+            if expiry is not None or keep_ttl or i + 1 >= len(args):
+                raise CommandError(SYNTAX_ERROR)
+            expiry = (opt, parse_int(args[i + 1]))
+            i += 1
+        else:
+            raise CommandError(SYNTAX_ERROR)
+        i += 1
+    deadline = None
+    if expiry is not None:
+        unit = 1000 if expiry[0] in (b"EX", b"EXAT") else 1
+        deadline = _deadline_ms(expiry[1], unit, expiry[0] in (b"EXAT", b"PXAT"), "set")
+    old = ks.get(key)
+    if (condition == b"NX" and old is not None) or (condition == b"XX" and old is None):
+        return old if want_old else None
+    _make_room(ctx, _growth(ks, key, value))
+    ks.set(key, value, expire_at_ms=deadline, keep_ttl=keep_ttl)
+    return old if want_old else OK
+
+
+def cmd_keyspace_mget(ctx: CommandContext, args: list[bytes]) -> Any:
+    get = _keyspace(ctx).get
+    return [get(k) for k in args]
+
+
+def cmd_keyspace_mset(ctx: CommandContext, args: list[bytes]) -> Any:
+    if len(args) % 2:
+        raise arity_error("mset")
+    ks = _keyspace(ctx)
+    pairs = dict(zip(args[0::2], args[1::2], strict=True))
+    _make_room(ctx, sum(_growth(ks, k, v) for k, v in pairs.items()))
+    for key, value in pairs.items():
+        ks.set(key, value)
+    return OK
+
+
+def cmd_keyspace_exists(ctx: CommandContext, args: list[bytes]) -> Any:
+    get = _keyspace(ctx).get
+    return sum(1 for k in args if get(k) is not None)
+
+
+def cmd_keyspace_del(ctx: CommandContext, args: list[bytes]) -> Any:
+    return _keyspace(ctx).delete(args)
+
+
+# ---- expiry ---------------------------------------------------------------------------------
+def _expire(ctx: CommandContext, args: list[bytes], unit_ms: int, command: str) -> Any:
+    amount = parse_int(args[1])
+    flag = b""
+    for raw in args[2:]:
+        opt = raw.upper()
+        if opt not in (b"NX", b"XX", b"GT", b"LT"):
+            raise CommandError(f"Unsupported option {raw.decode('utf-8', 'replace')[:128]}")
+        if flag and flag != opt:
+            raise CommandError("NX and XX, GT or LT options at the same time are not compatible"
+                               if b"NX" in (flag, opt) else
+                               "GT and LT options at the same time are not compatible")
+        flag = opt
+    if abs(amount) > MAX_EXPIRE_MS // unit_ms:
+        raise CommandError(f"invalid expire time in '{command}' command")
+    deadline = now_ms() + amount * unit_ms
+    ks = _keyspace(ctx)
+    if ks.get(args[0]) is None:
+        return 0
+    current = ks.expire_at_ms(args[0])
+    if flag == b"NX" and current is not None or flag == b"XX" and current is None:
+        return 0
+    if flag == b"GT" and (current is None or deadline <= current):
+        return 0
+    if flag == b"LT" and current is not None and deadline >= current:
+        return 0
+    return int(ks.expire(args[0], deadline))
+
+
+def cmd_keyspace_expire(ctx: CommandContext, args: list[bytes]) -> Any:
+    return _expire(ctx, args, 1000, "expire")
+
+
+def cmd_keyspace_pexpire(ctx: CommandContext, args: list[bytes]) -> Any:
+    return _expire(ctx, args, 1, "pexpire")
+
+
+def cmd_keyspace_ttl(ctx: CommandContext, args: list[bytes]) -> Any:
+    ms = _keyspace(ctx).ttl_ms(args[0])
+    return ms if ms < 0 else (ms + 500) // 1000
+
+
+def cmd_keyspace_pttl(ctx: CommandContext, args: list[bytes]) -> Any:
+    return _keyspace(ctx).ttl_ms(args[0])
+
+
+# ---- iteration ------------------------------------------------------------------------------
+def cmd_keyspace_keys(ctx: CommandContext, args: list[bytes]) -> Any:
+    return _keyspace(ctx).keys(args[0])
+
+
+def cmd_keyspace_scan(ctx: CommandContext, args: list[bytes]) -> Any:
+    raw_cursor = args[0]
+    if not raw_cursor.isdigit() or len(raw_cursor) > 20 or int(raw_cursor) >= 2**64:
+        raise CommandError("invalid cursor")
+    cursor = int(raw_cursor)
+    count = 10
+    pattern: bytes | None = None
+    i = 1
+    while i < len(args):
+        opt = args[i].upper()
+        if i + 1 >= len(args):
+            raise CommandError(SYNTAX_ERROR)
+        if opt == b"COUNT":
+            count = parse_int(args[i + 1])
+            if count < 1:
+                raise CommandError(SYNTAX_ERROR)
+            count = min(count, MAX_SCAN_COUNT)
+        elif opt == b"MATCH":
+            pattern = args[i + 1]
+        elif opt == b"TYPE":
+            if args[i + 1].lower() != b"string":
+                pattern = b"[]"  # nothing but strings lives here: matches no key
+        else:
+            raise CommandError(SYNTAX_ERROR)
+        i += 2
+    next_cursor, keys = _keyspace(ctx).scan(cursor, count, pattern)
+    return [str(next_cursor).encode(), keys]
+
+
+def cmd_keyspace_dbsize(ctx: CommandContext, args: list[bytes]) -> Any:
+    return len(_keyspace(ctx))
+
+
+# ---- family hooks ---------------------------------------------------------------------------
+def setup(state: ServerState) -> None:
+    """Create the keyspace and start active expiry (``--hz`` cycles per second)."""
+    ks = Keyspace()
+    state.components[COMPONENT] = ks
+    interval = 1.0 / state.config.hz
+
+    async def expire_forever() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            ks.active_expire_cycle()
+
+    state.components["keyspace_expiry_task"] = asyncio.get_running_loop().create_task(
+        expire_forever())
+
+
+def shutdown(state: ServerState) -> None:
+    task = state.components.pop("keyspace_expiry_task", None)
+    if task is not None:
+        task.cancel()
+
+
+def flushall(state: ServerState) -> None:
+    state.components[COMPONENT].flush()
+
+
+def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
+    ks: Keyspace = state.components[COMPONENT]
+    fields: list[tuple[str, object]] = []
+    if len(ks):
+        fields.append(("db0", f"keys={len(ks)},expires={ks.n_expires},avg_ttl=0"))
+    return {"Memory": [("keyspace_bytes", ks.used_bytes)],
+            "Stats": [("expired_keys", ks.expired_keys)],
+            "Keyspace": fields}
+
+
+COMMANDS: list[CommandSpec] = [
+    CommandSpec("GET", 2, cmd_keyspace_get, frozenset({"readonly", "fast"}),
+                "Get the value of a key"),
+    CommandSpec("SET", -3, cmd_keyspace_set, frozenset({"write"}),
+                "Set a key's value, with optional expiry and conditions"),
+    CommandSpec("MGET", -2, cmd_keyspace_mget, frozenset({"readonly", "fast"}),
+                "Get the values of several keys"),
+    CommandSpec("MSET", -3, cmd_keyspace_mset, frozenset({"write"}), "Set several keys"),
+    CommandSpec("EXISTS", -2, cmd_keyspace_exists, frozenset({"readonly", "fast"}),
+                "Count how many of the given keys exist"),
+    CommandSpec("DEL", -2, cmd_keyspace_del, frozenset({"write"}), "Delete keys"),
+    CommandSpec("UNLINK", -2, cmd_keyspace_del, frozenset({"write"}), "Delete keys"),
+    CommandSpec("EXPIRE", -3, cmd_keyspace_expire, frozenset({"write", "fast"}),
+                "Set a key's time to live in seconds"),
+    CommandSpec("PEXPIRE", -3, cmd_keyspace_pexpire, frozenset({"write", "fast"}),
+                "Set a key's time to live in milliseconds"),
+    CommandSpec("TTL", 2, cmd_keyspace_ttl, frozenset({"readonly", "fast"}),
+                "Seconds a key has left to live"),
+    CommandSpec("PTTL", 2, cmd_keyspace_pttl, frozenset({"readonly", "fast"}),
+                "Milliseconds a key has left to live"),
+    CommandSpec("KEYS", 2, cmd_keyspace_keys, frozenset({"readonly"}),
+                "All keys matching a glob pattern"),
+    CommandSpec("SCAN", -2, cmd_keyspace_scan, frozenset({"readonly"}),
+                "Iterate the keyspace incrementally"),
+    CommandSpec("DBSIZE", 1, cmd_keyspace_dbsize, frozenset({"readonly", "fast"}),
+                "Number of keys in the keyspace"),
+]

@@ -1,0 +1,177 @@
+"""KV.PREFIX.* commands: a prompt prefix as a pair of V-store sessions ``<ns>_pk`` / ``<ns>_pv``.
+
+  KV.PREFIX.REGISTER <ns> <kv_dim> <fmt> [BLOCKS <block_size> <hash_count> <hash_blob>]
+                     [LAYERS <n>] [PREFILL_MS <ms>]                                   -> +OK
+  KV.PREFIX.REGISTER.SCHEMA <ns> <kv_dim> <n_layers> <k_fmt_0..n-1> <v_fmt_0..n-1>
+                     [BLOCKS ...] [PREFILL_MS <ms>]                                   -> +OK
+  KV.PREFIX.LOOKUP <ns> [TOKENS <n>] [PREFILL_MS <ms>]                               -> +HIT | +MISS
+  KV.PREFIX.DROP <ns> [<ns> ...]                                                     -> :<dropped>
+  KV.PREFIX.BLOCKS <ns>                     -> bulk [u32 block_size][u32 count][u64 hashes] | +UNKNOWN
+  KV.PREFIX.MEMBERSHIP <ns> <hash_count> <hash_blob>     -> bulk ceil(K/8)-byte bitmap | +UNKNOWN
+  KV.PREFIX.INFO                                         -> bulk "key:value" lines
+
+LAYERS (and REGISTER.SCHEMA, where it is implied) go beyond the spec: LOOKUP then
+answers +HIT only when both sides hold all n layers with the same token count, so
+no reader restores a half-written prefix.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pion.common.errors import CommandError
+from pion.common.ids import k_session
+from pion.server.commands.spec import CommandSpec
+from pion.server.commands.store_args import (
+    U32_MAX, need_value, option, parse_format, parse_int, parse_ms, syntax_error, word,
+)
+from pion.server.commands.vstore import parse_kv_dim, vstore_of
+from pion.server.receipt import receipt_of
+from pion.server.resp.replies import OK, SimpleString
+from pion.server.store.session import MAX_LAYERS
+
+if TYPE_CHECKING:
+    from pion.server.context import CommandContext, ServerState
+
+HIT = SimpleString("HIT")
+MISS = SimpleString("MISS")
+UNKNOWN = SimpleString("UNKNOWN")
+
+
+def parse_hash_blob(count_arg: bytes, blob: bytes) -> bytes:
+    """``<hash_count> <hash_blob>``: the blob must be exactly hash_count x 8 bytes."""
+    count = parse_int(count_arg, "hash_count", 0, U32_MAX)
+    if len(blob) != 8 * count:
+        raise CommandError(f"hash_blob is {len(blob)} bytes, expected hash_count x 8 = {8 * count}")
+    return blob
+
+
+def parse_register_options(args: list[bytes], i: int, allow_layers: bool) -> dict[str, object]:
+    """BLOCKS / LAYERS / PREFILL_MS from ``args[i:]``; -ERR on anything else or a missing value."""
+    opts: dict[str, object] = {}
+    while i < len(args):
+        opt = option(args[i])
+        if opt == "BLOCKS":
+            size_arg, count_arg, blob = need_value(args, i, 3, "BLOCKS")
+            opts["block_size"] = parse_int(size_arg, "block_size", 1, U32_MAX)
+            opts["hashes"] = parse_hash_blob(count_arg, blob)
+            i += 4
+        elif opt == "LAYERS" and allow_layers:
+            opts["layers"] = parse_int(need_value(args, i, 1, "LAYERS")[0], "LAYERS", 1, MAX_LAYERS)
+            i += 2
+        elif opt == "PREFILL_MS":
+            opts["prefill_ms"] = parse_ms(need_value(args, i, 1, "PREFILL_MS")[0], "PREFILL_MS")
+            i += 2
+        else:
+            raise syntax_error(args[i])
+    return opts
+
+
+def cmd_kvprefix_register(ctx: CommandContext, args: list[bytes]) -> object:
+    ns, kv_dim, fmt = word(args[0]), parse_kv_dim(args[1]), parse_format(args[2])
+    opts = parse_register_options(args, 3, allow_layers=True)
+    vstore_of(ctx.server).register_prefix(ns, kv_dim, (fmt,), (fmt,), True, **opts)  # type: ignore[arg-type]
+    return OK
+
+
+def cmd_kvprefix_register_schema(ctx: CommandContext, args: list[bytes]) -> object:
+    ns, kv_dim = word(args[0]), parse_kv_dim(args[1])
+    n_layers = parse_int(args[2], "n_layers", 1, MAX_LAYERS)
+    if len(args) < 3 + 2 * n_layers:
+        raise CommandError(f"REGISTER.SCHEMA with n_layers {n_layers} needs {2 * n_layers} formats "
+                           f"(K then V), got {len(args) - 3}")
+    formats = tuple(parse_format(a) for a in args[3:3 + 2 * n_layers])
+    opts = parse_register_options(args, 3 + 2 * n_layers, allow_layers=False)
+    vstore_of(ctx.server).register_prefix(ns, kv_dim, formats[:n_layers], formats[n_layers:], False,
+                                          **opts)  # type: ignore[arg-type]
+    return OK
+
+
+def cmd_kvprefix_lookup(ctx: CommandContext, args: list[bytes]) -> object:
+    ns = word(args[0])
+    tokens: int | None = None
+    prefill_ms: float | None = None
+    i = 1
+    while i < len(args):
+        opt = option(args[i])
+        if opt == "TOKENS":
+            tokens = parse_int(need_value(args, i, 1, "TOKENS")[0], "TOKENS", 0)
+        elif opt == "PREFILL_MS":
+            prefill_ms = parse_ms(need_value(args, i, 1, "PREFILL_MS")[0], "PREFILL_MS")
+        else:
+            raise syntax_error(args[i])
+        i += 2
+    store = vstore_of(ctx.server)
+    hit, k_tokens = store.lookup_prefix(ns)
+    receipt = receipt_of(ctx.server)
+    if not hit:
+        receipt.record_prefix_lookup(False)
+        return MISS
+    entry = store.prefix(ns)
+    if prefill_ms is None and entry is not None:
+        prefill_ms = entry.prefill_ms
+    receipt.record_prefix_lookup(True, k_tokens if tokens is None else tokens, prefill_ms)
+    return HIT
+
+
+def cmd_kvprefix_drop(ctx: CommandContext, args: list[bytes]) -> object:
+    return vstore_of(ctx.server).drop_prefixes([word(a) for a in args])
+
+
+def cmd_kvprefix_blocks(ctx: CommandContext, args: list[bytes]) -> object:
+    entry = vstore_of(ctx.server).prefix(word(args[0]))
+    if entry is None or entry.blocks is None:
+        return UNKNOWN
+    return entry.blocks.wire()
+
+
+def cmd_kvprefix_membership(ctx: CommandContext, args: list[bytes]) -> object:
+    probes = parse_hash_blob(args[1], args[2])
+    entry = vstore_of(ctx.server).prefix(word(args[0]))
+    if entry is None or entry.blocks is None:
+        return UNKNOWN
+    return entry.blocks.membership(probes)
+
+
+def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
+    store = vstore_of(state)
+    prefixes = list(store.iter_prefixes())
+    total_tokens = 0
+    for entry in prefixes:
+        k_side = store.get(k_session(entry.ns))
+        total_tokens += 0 if k_side is None else k_side.rows_in(0)
+    persist = state.components.get("persist")
+    wal_bytes = 0 if persist is None else int(persist.wal_bytes)
+    return [
+        ("registered_prefixes", len(prefixes)),
+        ("total_prefix_tokens", total_tokens),
+        ("vstore_sessions", len(store)),
+        ("vstore_total_fetches", store.total_fetches),
+        ("vstore_bytes", store.nbytes),
+        ("wal_bytes", wal_bytes),
+        ("vstore_allocated_bytes", store.allocated_bytes),
+        ("vstore_evicted_sessions", store.evicted_sessions),
+    ]
+
+
+def cmd_kvprefix_info(ctx: CommandContext, args: list[bytes]) -> object:
+    return "".join(f"{key}:{value}\r\n" for key, value in prefix_info_fields(ctx.server)).encode()
+
+
+def setup(state: ServerState) -> None:
+    vstore_of(state)
+    receipt_of(state)
+
+
+_W = frozenset({"write"})
+_R = frozenset({"readonly"})
+COMMANDS: list[CommandSpec] = [
+    CommandSpec("KV.PREFIX.REGISTER", -4, cmd_kvprefix_register, _W, "register a K/V prefix"),
+    CommandSpec("KV.PREFIX.REGISTER.SCHEMA", -6, cmd_kvprefix_register_schema, _W,
+                "register a K/V prefix with per-layer formats"),
+    CommandSpec("KV.PREFIX.LOOKUP", -2, cmd_kvprefix_lookup, _R, "is this prefix held? (+HIT/+MISS)"),
+    CommandSpec("KV.PREFIX.DROP", -2, cmd_kvprefix_drop, _W, "drop prefixes"),
+    CommandSpec("KV.PREFIX.BLOCKS", 2, cmd_kvprefix_blocks, _R, "a prefix's block hash table"),
+    CommandSpec("KV.PREFIX.MEMBERSHIP", 4, cmd_kvprefix_membership, _R, "which probe hashes are registered"),
+    CommandSpec("KV.PREFIX.INFO", 1, cmd_kvprefix_info, _R, "prefix and V-store totals"),
+]

@@ -1,0 +1,247 @@
+"""AI.EMBED and AI.SEMANTIC_CACHE: the server side of pion-serve's L1 cache.
+
+    AI.EMBED <text> [<text> ...]
+        -> one 384-dim float32 little-endian blob (1536 bytes) per text
+    AI.SEMANTIC_CACHE SET <cache> <scope> <text> <response> [TTL <s>] [VECTOR <blob>] [META <json>]
+        -> integer entry id
+    AI.SEMANTIC_CACHE GET <cache> <scope> <text> [THRESHOLD <t>] [VECTOR <blob>]
+        -> [response, similarity, id, meta] or nil (below threshold / empty scope)
+    AI.SEMANTIC_CACHE DEL <cache> <id> [<id> ...]   -> number removed
+    AI.SEMANTIC_CACHE FLUSH <cache>                 -> number removed
+    AI.SEMANTIC_CACHE INFO <cache>                  -> map of counters
+
+Example: ``AI.SEMANTIC_CACHE GET faq s1 "how do I reset my password" THRESHOLD 0.9``
+-> ``["Click 'Forgot password'...", "0.9917", 7, "{\"q\": ...}"]``.
+
+Without VECTOR the server embeds ``text`` itself (all-MiniLM-L6-v2 on a worker thread).
+A VECTOR blob is any float32 little-endian vector; it is normalised, and every vector of
+one scope must have the same dimension. GET outcomes are counted in PION.STATS
+(semantic_hits / semantic_misses) through the store's receipt.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from pion.common.errors import CommandError, arity_error, clip_for_echo
+from pion.server.commands.spec import CommandSpec
+from pion.server.context import CommandContext, ServerState
+from pion.server.semantic.cache import DEFAULT_THRESHOLD, SemanticCacheStore
+from pion.server.semantic.embedder import MiniLMEmbedder
+
+COMPONENT = "semantic"
+EMBEDDER = "semantic_embedder"
+MAX_EMBED_TEXTS = 256
+
+
+def setup(state: ServerState) -> None:
+    """Attach an empty cache store and a (not yet loaded) embedder."""
+    state.components.setdefault(COMPONENT, SemanticCacheStore())
+    state.components.setdefault(EMBEDDER, MiniLMEmbedder())
+
+
+def shutdown(state: ServerState) -> None:
+    embedder = state.components.get(EMBEDDER)
+    if isinstance(embedder, MiniLMEmbedder):
+        embedder.close()
+
+
+def info(state: ServerState) -> dict[str, Any]:
+    store = _store_of(state)
+    embedder = _embedder_of(state)
+    return {
+        "semantic_caches": store.n_caches,
+        "semantic_entries": len(store),
+        "semantic_persisted": 0,
+        "embedder_model": "all-MiniLM-L6-v2",
+        "embedder_loaded": int(embedder.loaded),
+        "embedder_texts": embedder.texts_embedded,
+    }
+
+
+def _store_of(state: ServerState) -> SemanticCacheStore:
+    store = state.components.get(COMPONENT)
+    if not isinstance(store, SemanticCacheStore):
+        setup(state)
+        store = state.components[COMPONENT]
+    return store
+
+
+def _embedder_of(state: ServerState) -> MiniLMEmbedder:
+    embedder = state.components.get(EMBEDDER)
+    if not isinstance(embedder, MiniLMEmbedder):
+        setup(state)
+        embedder = state.components[EMBEDDER]
+    return embedder
+
+
+def _text(arg: bytes, what: str) -> str:
+    try:
+        text = arg.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CommandError(f"{what} is not valid UTF-8") from None
+    if not text.strip():
+        raise CommandError(f"{what} must not be empty")
+    return text
+
+
+async def _embed(ctx: CommandContext, texts: list[str]) -> np.ndarray:
+    try:
+        return await _embedder_of(ctx.server).embed(texts)
+    except Exception as exc:  # model missing or broken: the client gets a clear error
+        raise CommandError(f"embedding model failed: {clip_for_echo(str(exc))}") from exc
+
+
+def _vector_blob(blob: bytes) -> np.ndarray:
+    if len(blob) == 0 or len(blob) % 4:
+        raise CommandError(f"VECTOR blob must be float32 little-endian (got {len(blob)} bytes)")
+    vec = np.frombuffer(blob, dtype="<f4").astype(np.float32)
+    if not np.all(np.isfinite(vec)):
+        raise CommandError("VECTOR contains NaN or infinity")
+    norm = float(np.linalg.norm(vec))
+    if norm == 0.0:
+        raise CommandError("VECTOR must not be all zeros")
+    return vec / norm
+
+
+def _options(args: list[bytes], allowed: set[str]) -> dict[str, bytes]:
+    opts: dict[str, bytes] = {}
+    i = 0
+    while i < len(args):
+        name = args[i].decode("utf-8", "replace").upper()
+        if name not in allowed:
+            raise CommandError(f"unknown option '{clip_for_echo(args[i])}'")
+        if i + 1 >= len(args):
+            raise CommandError(f"option {name} needs a value")
+        if name in opts:
+            raise CommandError(f"option {name} given twice")
+        opts[name] = args[i + 1]
+        i += 2
+    return opts
+
+
+def _number(raw: bytes, name: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise CommandError(f"{name} must be a number, got '{clip_for_echo(raw)}'") from None
+    if not math.isfinite(value):
+        raise CommandError(f"{name} must be finite")
+    return value
+
+
+async def cmd_ai_embed(ctx: CommandContext, args: list[bytes]) -> list[bytes]:
+    if len(args) > MAX_EMBED_TEXTS:
+        raise CommandError(f"AI.EMBED takes at most {MAX_EMBED_TEXTS} texts per call")
+    texts = [_text(a, "text") for a in args]
+    vecs = await _embed(ctx, texts)
+    return [row.astype("<f4").tobytes() for row in vecs]
+
+
+async def _query_vector(ctx: CommandContext, text: str, opts: dict[str, bytes]) -> np.ndarray:
+    if "VECTOR" in opts:
+        return _vector_blob(opts["VECTOR"])
+    return (await _embed(ctx, [text]))[0]
+
+
+async def cmd_semantic_set(ctx: CommandContext, args: list[bytes]) -> int:
+    if len(args) < 4:
+        raise arity_error("ai.semantic_cache|set")
+    cache, scope = _text(args[0], "cache name"), args[1].decode("utf-8", "replace")
+    text, response = _text(args[2], "text"), bytes(args[3])
+    opts = _options(args[4:], {"TTL", "VECTOR", "META"})
+    ttl_s = None
+    if "TTL" in opts:
+        ttl_s = _number(opts["TTL"], "TTL")
+        if ttl_s <= 0:
+            raise CommandError("TTL must be a positive number of seconds")
+    meta = opts.get("META")
+    if meta is not None:
+        try:
+            json.loads(meta)
+        except ValueError:
+            raise CommandError("META must be valid JSON") from None
+    store = _store_of(ctx.server)
+    vec = await _query_vector(ctx, text, opts)
+    if (problem := store.check_dim(cache, scope, len(vec))) is not None:
+        raise CommandError(problem)
+    return store.put(cache, scope, text, response, vec, ttl_s, meta)
+
+
+async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] | None:
+    if len(args) < 3:
+        raise arity_error("ai.semantic_cache|get")
+    cache, scope = _text(args[0], "cache name"), args[1].decode("utf-8", "replace")
+    text = _text(args[2], "text")
+    opts = _options(args[3:], {"THRESHOLD", "VECTOR"})
+    threshold = DEFAULT_THRESHOLD
+    if "THRESHOLD" in opts:
+        threshold = _number(opts["THRESHOLD"], "THRESHOLD")
+        if not -1.0 <= threshold <= 1.0:
+            raise CommandError("THRESHOLD must be between -1 and 1")
+    store = _store_of(ctx.server)
+    vec = await _query_vector(ctx, text, opts)
+    if (problem := store.check_dim(cache, scope, len(vec))) is not None:
+        raise CommandError(problem)
+    found = store.lookup(cache, scope, vec, threshold)
+    receipt = ctx.server.components.get("receipt")
+    if receipt is not None:
+        receipt.record_semantic(found is not None)
+    if found is None:
+        return None
+    entry, similarity = found
+    return [entry.response, round(similarity, 6), entry.entry_id, entry.meta]
+
+
+def cmd_semantic_del(ctx: CommandContext, args: list[bytes]) -> int:
+    if len(args) < 2:
+        raise arity_error("ai.semantic_cache|del")
+    cache = _text(args[0], "cache name")
+    ids: list[int] = []
+    for raw in args[1:]:
+        try:
+            ids.append(int(raw))
+        except ValueError:
+            raise CommandError(f"entry id must be an integer, got '{clip_for_echo(raw)}'") from None
+    return _store_of(ctx.server).delete(cache, ids)
+
+
+def cmd_semantic_flush(ctx: CommandContext, args: list[bytes]) -> int:
+    if len(args) != 1:
+        raise arity_error("ai.semantic_cache|flush")
+    return _store_of(ctx.server).flush(_text(args[0], "cache name"))
+
+
+def cmd_semantic_info(ctx: CommandContext, args: list[bytes]) -> dict[str, Any]:
+    if len(args) != 1:
+        raise arity_error("ai.semantic_cache|info")
+    return _store_of(ctx.server).info(_text(args[0], "cache name"))
+
+
+_VERBS = {"SET": cmd_semantic_set, "GET": cmd_semantic_get, "DEL": cmd_semantic_del,
+          "FLUSH": cmd_semantic_flush, "INFO": cmd_semantic_info}
+
+
+async def cmd_semantic_cache(ctx: CommandContext, args: list[bytes]) -> Any:
+    verb = args[0].decode("utf-8", "replace").upper()
+    handler = _VERBS.get(verb)
+    if handler is None:
+        raise CommandError(f"unknown AI.SEMANTIC_CACHE subcommand '{clip_for_echo(args[0])}'"
+                           " (try SET, GET, DEL, FLUSH, INFO)")
+    result = handler(ctx, args[1:])
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+COMMANDS: list[CommandSpec] = [
+    CommandSpec("AI.EMBED", -2, cmd_ai_embed, frozenset({"readonly"}),
+                "Embed texts with all-MiniLM-L6-v2 -> 384-dim float32 blobs"),
+    CommandSpec("AI.SEMANTIC_CACHE", -3, cmd_semantic_cache, frozenset(),
+                "Semantic cache: SET / GET / DEL / FLUSH / INFO, partitioned by scope"),
+]

@@ -1,0 +1,44 @@
+"""PION.STATS: the value receipt (see ``pion.server.receipt``).
+
+  PION.STATS        -> map of 16 fields (RESP3 map; RESP2 flat array of name, value, ...)
+  PION.STATS RESET  -> +OK, counters zeroed (uptime keeps running)
+
+INFO's ``# Pion`` section shows the same fields.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pion.server.commands.spec import CommandSpec
+from pion.server.commands.store_args import option, syntax_error
+from pion.server.receipt import receipt_of
+from pion.server.resp.replies import OK
+
+if TYPE_CHECKING:
+    from pion.server.context import CommandContext, ServerState
+
+
+def cmd_pion_stats(ctx: CommandContext, args: list[bytes]) -> object:
+    receipt = receipt_of(ctx.server)
+    if not args:
+        return receipt.snapshot()
+    if len(args) == 1 and option(args[0]) == "RESET":
+        receipt.reset()
+        return OK
+    raise syntax_error(args[0] if option(args[0]) != "RESET" else args[1])
+
+
+def setup(state: ServerState) -> None:
+    receipt_of(state)
+
+
+def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
+    snapshot = receipt_of(state).snapshot()
+    return {"Pion": [(name, value if isinstance(value, int) else f"{value:.6f}")
+                     for name, value in snapshot.items()]}
+
+
+COMMANDS: list[CommandSpec] = [
+    CommandSpec("PION.STATS", -1, cmd_pion_stats, frozenset(), "the value receipt (RESET zeroes it)"),
+]

@@ -1,0 +1,142 @@
+"""Turn one parsed request into reply bytes: lookup, arity, auth gate, handler, encoding.
+
+This is the only place that converts ``CommandError`` into ``-CODE message`` and the
+only place that applies checks every command shares, so handlers validate only their
+own arguments. Sync handlers are run and encoded inline (the hot path of a pipelined
+``GET``/``SET`` is one dict lookup, one call and one encode); an ``async def`` handler
+makes ``execute`` return a coroutine the network layer awaits *before* it parses the
+next request from that client, which keeps replies in request order under pipelining.
+
+Commands slower than ``slowlog_log_slower_than_us`` are logged like Redis's SLOWLOG.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from pion.common.errors import CommandError, clip_for_echo
+from pion.server.commands.spec import CommandSpec, Handler
+from pion.server.context import CommandContext
+from pion.server.resp.encoder import encode_error, encode_reply
+
+log = logging.getLogger("pion.server.dispatcher")
+
+_ERR_INTERNAL = "internal error while running '{}' (see the server log)"
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A CommandSpec flattened for the hot path."""
+
+    spec: CommandSpec
+    handler: Handler
+    arity: int
+    noauth: bool
+    is_async: bool
+    lname: str
+
+
+def unknown_command_message(name: bytes, args: list[bytes]) -> str:
+    """Redis's wording: ``unknown command 'x', with args beginning with: 'a' 'b' ``."""
+    shown = ""
+    for arg in args:
+        if len(shown) >= 128:
+            break
+        shown += "'" + clip_for_echo(arg)[: 128 - len(shown)] + "' "
+    return f"unknown command '{clip_for_echo(name)}', with args beginning with: {shown}"
+
+
+class Dispatcher:
+    """Runs commands from a joined command table for every connection of one worker."""
+
+    def __init__(self, specs: dict[str, CommandSpec], requirepass: str | None,
+                 slowlog_us: int) -> None:
+        self.specs = specs
+        self._lookup: dict[bytes, _Entry] = {}
+        for name, spec in specs.items():
+            entry = _Entry(spec=spec, handler=spec.handler, arity=spec.arity,
+                           noauth="noauth" in spec.flags,
+                           is_async=inspect.iscoroutinefunction(spec.handler),
+                           lname=name.lower())
+            self._lookup[name.upper().encode()] = entry
+            self._lookup[name.lower().encode()] = entry
+        self._auth_required = requirepass is not None
+        self._slow_s = slowlog_us / 1e6 if slowlog_us >= 0 else float("inf")
+
+    def execute(self, ctx: CommandContext, request: list[Any],
+                out: list[Any]) -> Coroutine[Any, Any, None] | None:
+        """Run one request, appending its reply to ``out``.
+
+        Returns None when the reply is already in ``out``; otherwise a coroutine that
+        appends the reply when awaited (the caller must await it before the next request).
+        """
+        if not request:
+            return None  # an empty multibulk (*0) is ignored, like Redis
+        name = request[0]
+        entry = self._lookup.get(name) if type(name) is bytes else None
+        if entry is None:
+            entry = self._resolve(name)
+            if entry is None:
+                args = [a if isinstance(a, bytes) else str(a).encode() for a in request[1:]]
+                out.append(encode_error("ERR", unknown_command_message(
+                    name if isinstance(name, bytes) else str(name).encode(), args)))
+                return None
+        arity = entry.arity
+        n = len(request)
+        if (n != arity) if arity > 0 else (n < -arity):
+            out.append(encode_error("ERR", f"wrong number of arguments for '{entry.lname}' command"))
+            return None
+        client = ctx.client
+        if self._auth_required and not client.authenticated and not entry.noauth:
+            out.append(b"-NOAUTH Authentication required.\r\n")
+            return None
+        client.last_command = entry.lname
+        if entry.is_async:
+            return self._run_async(entry, ctx, request, out)
+        started = time.perf_counter()
+        try:
+            result = entry.handler(ctx, request[1:])
+            encode_reply(result, client.protocol == 3, out)
+        except CommandError as exc:
+            out.append(encode_error(exc.code, exc.message))
+        except Exception:
+            log.exception("command %s failed", entry.lname)
+            out.append(encode_error("ERR", _ERR_INTERNAL.format(entry.lname)))
+        elapsed = time.perf_counter() - started
+        if elapsed > self._slow_s:
+            self._log_slow(ctx, request, elapsed)
+        return None
+
+    def _resolve(self, name: object) -> _Entry | None:
+        if not isinstance(name, bytes):
+            return None
+        return self._lookup.get(name.upper())
+
+    async def _run_async(self, entry: _Entry, ctx: CommandContext, request: list[Any],
+                         out: list[Any]) -> None:
+        started = time.perf_counter()
+        try:
+            result = await entry.handler(ctx, request[1:])
+            encode_reply(result, ctx.client.protocol == 3, out)
+        except CommandError as exc:
+            out.append(encode_error(exc.code, exc.message))
+        except Exception:
+            log.exception("command %s failed", entry.lname)
+            out.append(encode_error("ERR", _ERR_INTERNAL.format(entry.lname)))
+        elapsed = time.perf_counter() - started
+        if elapsed > self._slow_s:
+            self._log_slow(ctx, request, elapsed)
+
+    @staticmethod
+    def _log_slow(ctx: CommandContext, request: list[Any], elapsed_s: float) -> None:
+        shown = " ".join(clip_for_echo(a)[:32] if isinstance(a, bytes) else str(a)
+                         for a in request[:8])
+        if len(request) > 8:
+            shown += f" ... ({len(request) - 8} more arguments)"
+        log.warning("slow command: %.3f ms id=%d addr=%s: %s", elapsed_s * 1e3,
+                    ctx.client.client_id, ctx.client.addr, shown)

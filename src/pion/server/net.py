@@ -1,0 +1,325 @@
+"""asyncio glue: one ``asyncio.Protocol`` per client on uvloop, hiredis for parsing.
+
+Request path: ``data_received`` feeds hiredis' C ``Reader``; every complete frame goes
+to the dispatcher, whose replies are collected in a list and written once per batch
+(``writelines``, so a large payload is never copied into a joined buffer).
+
+Flow control, per client:
+  * An async handler in flight, or a transport above its high-water mark (the client
+    is not reading), stops request processing and pauses reading; unparsed requests
+    wait inside the hiredis buffer. That is the backpressure a slow reader gets.
+  * Unsent replies above ``client_output_buffer_limit`` (one huge reply to a client
+    that is not reading) disconnect that client with a log line (Redis's
+    ``client-output-buffer-limit``).
+  * A request still being received beyond ``client_query_buffer_limit``, an argument
+    longer than ``proto_max_bulk_len`` or a malformed frame gets
+    ``-ERR Protocol error: ...`` and that connection closes; others are untouched.
+
+Inline commands are handled at frame boundaries when the first byte is not ``*``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import time
+from collections.abc import Coroutine
+from typing import Any, cast
+
+import hiredis
+
+from pion.server.context import ClientState, CommandContext, ServerState
+from pion.server.dispatcher import Dispatcher
+from pion.server.resp.encoder import encode_error
+from pion.server.resp.inline import MAX_INLINE_BYTES, InlineError, split_inline
+
+log = logging.getLogger("pion.server.net")
+
+WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop processing a client's requests above this
+WRITE_LOW_WATER = 1024 * 1024
+FLUSH_EVERY = 64  # reply chunks buffered before an intermediate write
+RECV_SLACK = 1024 * 1024  # bytes of a frame fed before its start was noticed (one read chunk)
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: parse, dispatch in order, write, apply flow control."""
+
+    def __init__(self, server: PionServer) -> None:
+        self.server = server
+        self.dispatcher = server.dispatcher
+        self.reader = hiredis.Reader()
+        self.transport: asyncio.Transport | None = None
+        self.out: list[Any] = []
+        self.busy = False  # an async command is in flight
+        self.write_paused = False
+        self.reading_paused = False
+        self.closing = False
+        self.closed = False
+        self.fed_since_frame = 0
+        self.inline_buf = b""
+        self.last_active = time.monotonic()
+        self.client = ClientState(client_id=next(server.client_ids), created_at=time.time())
+        self.ctx = CommandContext(server=server.state, client=self.client)
+        self.max_bulk = server.state.config.proto_max_bulk_len
+        self.query_limit = server.state.config.client_query_buffer_limit
+        self.output_limit = server.state.config.client_output_buffer_limit
+
+    # ---- asyncio.Protocol callbacks -------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.client.addr = f"{peer[0]}:{peer[1]}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.server.closing:
+            transport.abort()
+            return
+        if len(self.server.clients) >= self.server.state.config.maxclients:
+            log.warning("refusing client %s: maxclients (%d) reached", self.client.addr,
+                        self.server.state.config.maxclients)
+            transport.write(b"-ERR max number of clients reached\r\n")
+            transport.close()
+            return
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        self.server.clients[self.client.client_id] = self
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.clients.pop(self.client.client_id, None)
+        self.out.clear()
+        self.server.connection_closed()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if not self.closed and not self.closing:
+            self._process()
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        if self.closing:
+            return
+        if self.inline_buf or (data[0] != 42 and not self.reader.has_data()):
+            data = self._take_inline(data)
+            if not data:
+                return
+        self.reader.feed(data)
+        self.fed_since_frame += len(data)
+        self._process()
+
+    # ---- request processing ------------------------------------------------------------
+    def _process(self) -> None:
+        """Run every complete request in the parser's buffer, in order, until blocked."""
+        reader = self.reader
+        out = self.out
+        execute = self.dispatcher.execute
+        ctx = self.ctx
+        client = self.client
+        while not (self.busy or self.write_paused or self.closing):
+            try:
+                request = reader.gets()
+            except hiredis.ProtocolError as exc:
+                self._protocol_error(str(exc).replace("Protocol error, ", ""))
+                return
+            if request is False:
+                break
+            check_len = self.fed_since_frame + RECV_SLACK > self.max_bulk
+            self.fed_since_frame = 0
+            if type(request) is not list:
+                if request is None:
+                    continue  # *-1: a null multibulk is ignored, like Redis
+                self._protocol_error("expected '*' at the start of a request")
+                return
+            for arg in request:
+                if type(arg) is not bytes:
+                    self._protocol_error("expected '$', got something else inside a request")
+                    return
+                if check_len and len(arg) > self.max_bulk:
+                    self._protocol_error("invalid bulk length")
+                    return
+            pending = execute(ctx, request, out)
+            if pending is not None:
+                self._start_async(pending)
+                return
+            if client.close_after_reply:
+                self._close_after_flush()
+                return
+            if len(out) >= FLUSH_EVERY:
+                self._flush()
+        self._flush()
+        if self.fed_since_frame > self.query_limit and reader.has_data():
+            log.warning("closing client id=%d addr=%s: request larger than "
+                        "client-query-buffer-limit (%d bytes)", client.client_id,
+                        client.addr, self.query_limit)
+            self._protocol_error("request exceeds client-query-buffer-limit")
+
+    def _flush(self) -> None:
+        out = self.out
+        if not out or self.transport is None:
+            return
+        if len(out) == 1:
+            self.transport.write(out[0])
+        else:
+            self.transport.writelines(out)
+        out.clear()
+        if self.write_paused and self.output_limit:
+            buffered = self.transport.get_write_buffer_size()
+            if buffered > self.output_limit:
+                log.warning("closing client id=%d addr=%s: %d bytes of unsent replies exceed "
+                            "client-output-buffer-limit (%d)", self.client.client_id,
+                            self.client.addr, buffered, self.output_limit)
+                self.closing = True
+                self.transport.abort()
+
+    def _start_async(self, pending: Coroutine[Any, Any, None]) -> None:
+        self._flush()
+        self.busy = True
+        self._update_reading()
+        task = asyncio.get_running_loop().create_task(self._finish_async(pending))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
+
+    async def _finish_async(self, pending: Coroutine[Any, Any, None]) -> None:
+        try:
+            await pending
+        finally:
+            self.busy = False
+        if self.closed:
+            return
+        if self.client.close_after_reply or self.closing:
+            self._close_after_flush()
+            return
+        self._process()
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        want_pause = self.busy or self.write_paused
+        if want_pause and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        elif not want_pause and self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+    # ---- inline commands and errors ----------------------------------------------------
+    def _take_inline(self, data: bytes) -> bytes:
+        """Run inline lines at the start of ``data``; return the rest (a ``*`` frame or b"")."""
+        buf = self.inline_buf + data if self.inline_buf else data
+        self.inline_buf = b""
+        while buf and buf[0] != 42:
+            end = buf.find(b"\n")
+            if end < 0:
+                if len(buf) > MAX_INLINE_BYTES:
+                    self._protocol_error("too big inline request")
+                else:
+                    self.inline_buf = buf
+                return b""
+            line, buf = buf[:end], buf[end + 1:]
+            try:
+                words = split_inline(line)
+            except InlineError as exc:
+                self._protocol_error(str(exc))
+                return b""
+            if not words:
+                continue
+            if self.busy or self.write_paused:
+                # An inline client that pipelines behind a slow command: keep order by
+                # re-encoding the words as a frame for the parser's queue.
+                self.reader.feed(b"*%d\r\n" % len(words)
+                                 + b"".join(b"$%d\r\n%b\r\n" % (len(w), w) for w in words))
+                continue
+            pending = self.dispatcher.execute(self.ctx, words, self.out)
+            if pending is not None:
+                self._start_async(pending)
+            elif self.client.close_after_reply:
+                self._close_after_flush()
+                return b""
+        self._flush()
+        return buf
+
+    def _protocol_error(self, detail: str) -> None:
+        log.info("protocol error from client id=%d addr=%s: %s", self.client.client_id,
+                 self.client.addr, detail)
+        self.out.append(encode_error("ERR", f"Protocol error: {detail}"))
+        self._close_after_flush()
+
+    def _close_after_flush(self) -> None:
+        self.closing = True
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    # ---- used by admin commands and shutdown ------------------------------------------
+    def idle_seconds(self) -> float:
+        return time.monotonic() - self.last_active
+
+    def begin_shutdown(self) -> None:
+        """Stop taking requests; close once the in-flight command (if any) has answered."""
+        if self.closing or self.closed:
+            return
+        if self.busy:
+            self.closing = True  # _finish_async closes after writing the reply
+            return
+        self._close_after_flush()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+
+class PionServer:
+    """The listening socket and the set of live connections of one worker."""
+
+    def __init__(self, state: ServerState, dispatcher: Dispatcher) -> None:
+        self.state = state
+        self.dispatcher = dispatcher
+        self.clients: dict[int, Connection] = {}
+        self.client_ids = itertools.count(1)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.closing = False
+        self._server: asyncio.Server | None = None
+        self._all_closed = asyncio.Event()
+
+    async def start(self) -> None:
+        cfg = self.state.config
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Connection(self), host=cfg.bind,
+                                                port=cfg.port, backlog=511, reuse_address=True)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def connection_closed(self) -> None:
+        if self.closing and not self.clients:
+            self._all_closed.set()
+
+    async def stop(self, drain_timeout_s: float = 10.0) -> None:
+        """Stop accepting, let in-flight commands answer, then close every connection."""
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.clients.values()):
+            conn.begin_shutdown()
+        if self.clients:
+            try:
+                await asyncio.wait_for(self._all_closed.wait(), drain_timeout_s)
+            except TimeoutError:
+                log.warning("%d client(s) still draining after %.0fs; dropping them",
+                            len(self.clients), drain_timeout_s)
+                for conn in list(self.clients.values()):
+                    conn.abort()
+        if self._server is not None:
+            await self._server.wait_closed()

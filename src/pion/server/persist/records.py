@@ -1,0 +1,271 @@
+"""The record: the one on-disk unit of the WAL and of snapshots.
+
+Every WAL entry and every snapshot entry is one framed, checksummed record.
+All integers are little-endian.
+
+Frame (24-byte header, payload, 4-byte trailer)::
+
+    offset size field
+    0      4    magic          b"PREC"
+    4      1    version        1 (FORMAT_VERSION; a reader refuses newer ones)
+    5      1    type           RecordType (below)
+    6      2    flags          0 (reserved)
+    8      4    length         payload bytes (u32)
+    12     8    seq            sequence number (u64; 0 inside snapshots)
+    20     4    header_crc     crc32c of bytes 0..19
+    24     len  payload        a field map (below)
+    24+len 4    payload_crc    crc32c of the payload
+
+The header has its own checksum so a damaged ``length`` is never trusted: a
+reader knows whether the frame it is looking at is real before it skips ahead.
+
+Payload: a field map, ``u16 n_fields`` then per field ``u8 name_len, name
+(ascii), u8 tag, value``. Tags::
+
+    i  i64             f  f64              t  u8 bool
+    s  u32 len + utf-8 b  u64 len + bytes  n  (nothing: None)
+    l  u32 count + count tagged values (tag byte + value each; decoded as a tuple)
+
+Record types and their fields (the names are the V-store journal's and the
+keyspace's own; extra fields are kept, so a newer writer can add some)::
+
+    1  V.CREATE            sid s, kv_dim i, formats l[s], uniform t
+    2  V.STOREBATCH        sid s, layer i, start_id i, n_rows i, rows b (stored encoding)
+    3  V.DROP              sid s
+    4  KV.PREFIX.REGISTER  ns s, kv_dim i, k_formats l[s], v_formats l[s], uniform t,
+                           block_size i|n, hashes b|n (u64 LE), layers i|n
+                           (PREFILL_MS is deliberately not persisted)
+    5  KV.PREFIX.DROP      ns s
+    6  SET                 key b, value b, expire_at_ms i|n (absolute unix ms)
+    7  DEL                 keys l[b]
+    8  EXPIRE              key b, expire_at_ms i|n (absolute unix ms; n = persist)
+    9  FLUSHALL            (no fields)
+    10 EVICT               sids l[s]
+    11 OTHER               kind s + the journal's fields (a mutation kind this
+                           build does not know by name; replayed by kind)
+    127 SNAPSHOT.END       records i, begin_seq i, end_seq i (last record of a snapshot)
+
+Worked example: ``V.DROP`` of session ``"a"`` with seq 7 is 40 bytes::
+
+    50 52 45 43  01  03  00 00  0c 00 00 00  07 00 00 00 00 00 00 00  60 e7 a1 7d
+    magic        ver  type flags length=12    seq=7                    header crc32c
+    01 00  03 73 69 64  73  01 00 00 00  61                           payload: 1 field, "sid" s "a"
+    b9 45 81 3f                                                       payload crc32c
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import crc32c
+
+MAGIC = b"PREC"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<4sBBHIQI")
+HEADER_SIZE = HEADER.size  # 24
+TRAILER_SIZE = 4
+_HEADER_NO_CRC = struct.Struct("<4sBBHIQ")
+_U8 = struct.Struct("<B")
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+MAX_PAYLOAD = 2**32 - 1
+# Blobs at least this large are handed to writev as their own buffer instead of copied.
+_ZERO_COPY_MIN = 4096
+
+
+class RecordType(enum.IntEnum):
+    """What a record describes; the byte in the frame header."""
+
+    V_CREATE = 1
+    V_STOREBATCH = 2
+    V_DROP = 3
+    KV_PREFIX_REGISTER = 4
+    KV_PREFIX_DROP = 5
+    SET = 6
+    DEL = 7
+    EXPIRE = 8
+    FLUSHALL = 9
+    EVICT = 10
+    OTHER = 11
+    SNAPSHOT_END = 127
+
+
+def crc(data: bytes | bytearray | memoryview, value: int = 0) -> int:
+    """crc32c (hardware-accelerated by the ``crc32c`` package), chainable."""
+    return int(crc32c.crc32c(data, value))
+
+
+class RecordFormatError(ValueError):
+    """A field value cannot be encoded (unsupported type, name too long, payload too big)."""
+
+
+def _encode_value(value: Any, out: bytearray, parts: list[Any]) -> None:
+    """Append one tagged value; large blobs become their own part (no copy)."""
+    if value is None:
+        out += b"n"
+    elif isinstance(value, bool):
+        out += b"t" + _U8.pack(1 if value else 0)
+    elif isinstance(value, str):
+        data = value.encode()
+        out += b"s" + _U32.pack(len(data)) + data
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        view = memoryview(value).cast("B") if isinstance(value, memoryview) else value
+        out += b"b" + _U64.pack(len(view))
+        if len(view) >= _ZERO_COPY_MIN:
+            parts.append(bytes(out))
+            out.clear()
+            parts.append(view)
+        else:
+            out += view
+    elif isinstance(value, float):
+        out += b"f" + _F64.pack(value)
+    elif isinstance(value, (list, tuple)):
+        out += b"l" + _U32.pack(len(value))
+        for item in value:
+            _encode_value(item, out, parts)
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise RecordFormatError(f"cannot persist a value of type {type(value).__name__}") from None
+        out += b"i" + _I64.pack(number)
+
+
+def encode_fields(fields: Mapping[str, Any]) -> list[Any]:
+    """The payload as a list of buffers (bytes and zero-copy memoryviews)."""
+    parts: list[Any] = []
+    out = bytearray(_U16.pack(len(fields)))
+    for name, value in fields.items():
+        raw = name.encode("ascii")
+        if len(raw) > 255:
+            raise RecordFormatError(f"field name too long: {name[:40]!r}")
+        out += _U8.pack(len(raw)) + raw
+        _encode_value(value, out, parts)
+    if out:
+        parts.append(bytes(out))
+    return parts
+
+
+def frame(rtype: RecordType, seq: int, fields: Mapping[str, Any]) -> list[Any]:
+    """One whole record as buffers ready for ``os.writev``: header, payload parts, trailer."""
+    payload = encode_fields(fields)
+    length = sum(len(p) if not isinstance(p, memoryview) else p.nbytes for p in payload)
+    if length > MAX_PAYLOAD:
+        raise RecordFormatError(f"record payload of {length} bytes exceeds 4 GiB")
+    head = _HEADER_NO_CRC.pack(MAGIC, FORMAT_VERSION, int(rtype), 0, length, seq)
+    payload_crc = 0
+    for part in payload:
+        payload_crc = crc(part, payload_crc)
+    return [head + _U32.pack(crc(head)), *payload, _U32.pack(payload_crc)]
+
+
+def frame_bytes(rtype: RecordType, seq: int, fields: Mapping[str, Any]) -> bytes:
+    """One record as a single bytes object (tests, small records)."""
+    return b"".join(bytes(p) for p in frame(rtype, seq, fields))
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A parsed, checksum-verified frame header."""
+
+    version: int
+    rtype: int
+    flags: int
+    length: int
+    seq: int
+
+    @property
+    def record_size(self) -> int:
+        return HEADER_SIZE + self.length + TRAILER_SIZE
+
+
+class HeaderError(ValueError):
+    """The 24 bytes at this offset are not a valid frame header."""
+
+
+def parse_header(data: bytes | memoryview) -> Header:
+    """Check magic and header checksum; raises HeaderError with the reason."""
+    magic, version, rtype, flags, length, seq, header_crc = HEADER.unpack(data)
+    if magic != MAGIC:
+        raise HeaderError(f"bad magic {bytes(magic)!r} (expected {MAGIC!r})")
+    if crc(memoryview(data)[:20]) != header_crc:
+        raise HeaderError("header checksum mismatch")
+    if version > FORMAT_VERSION:
+        raise HeaderError(f"record format version {version} is newer than this build's {FORMAT_VERSION}")
+    return Header(version, rtype, flags, length, seq)
+
+
+def check_payload(payload: bytes | memoryview, trailer: bytes | memoryview) -> bool:
+    """True when the payload matches its crc32c trailer."""
+    return crc(payload) == _U32.unpack(trailer)[0]
+
+
+class _Cursor:
+    __slots__ = ("view", "pos")
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+        self.pos = 0
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if end > len(self.view):
+            raise RecordFormatError("payload ends inside a field")
+        chunk = self.view[self.pos:end]
+        self.pos = end
+        return chunk
+
+    def unpack(self, st: struct.Struct) -> Any:
+        return st.unpack(self.take(st.size))[0]
+
+
+def _decode_value(cur: _Cursor) -> Any:
+    tag = bytes(cur.take(1))
+    if tag == b"n":
+        return None
+    if tag == b"t":
+        return cur.unpack(_U8) != 0
+    if tag == b"i":
+        return cur.unpack(_I64)
+    if tag == b"f":
+        return cur.unpack(_F64)
+    if tag == b"s":
+        return bytes(cur.take(cur.unpack(_U32))).decode()
+    if tag == b"b":
+        return cur.take(cur.unpack(_U64))
+    if tag == b"l":
+        return tuple(_decode_value(cur) for _ in range(cur.unpack(_U32)))
+    raise RecordFormatError(f"unknown value tag {tag!r}")
+
+
+def decode_fields(payload: bytes | memoryview) -> dict[str, Any]:
+    """Field map from a verified payload. Blobs come back as memoryviews into ``payload``
+    (lists of blobs as tuples of memoryviews); raises RecordFormatError if malformed."""
+    cur = _Cursor(memoryview(payload))
+    fields: dict[str, Any] = {}
+    for _ in range(cur.unpack(_U16)):
+        name = bytes(cur.take(cur.unpack(_U8))).decode("ascii")
+        fields[name] = _decode_value(cur)
+    if cur.pos != len(cur.view):
+        raise RecordFormatError(f"{len(cur.view) - cur.pos} stray bytes after the last field")
+    return fields
+
+
+def record_type_name(rtype: int) -> str:
+    """``V.STOREBATCH`` style name for logs, or ``type <n>`` for an unknown one."""
+    try:
+        name = RecordType(rtype).name
+    except ValueError:
+        return f"type {rtype}"
+    for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("V_", "V."), ("SNAPSHOT_", "SNAPSHOT.")):
+        if name.startswith(prefix):
+            return dotted + name[len(prefix):]
+    return name

@@ -1,0 +1,267 @@
+"""The write-ahead log writer: append before reply, fsync by policy, group commit, MISCONF.
+
+Roles (Redis ``aof.c`` discipline):
+
+* ``append(rtype, fields) -> seq`` — called on the event-loop thread by the
+  journal hooks, *before* the mutation is applied. The record is written with
+  one ``os.writev`` (large row blobs go straight from the store's buffer, no
+  copy) into the OS page cache. On failure (ENOSPC, EIO, EFBIG) the partial
+  record is cut (``ftruncate`` to the last good offset) and ``CommandError(...,
+  code="MISCONF")`` is raised, so the mutation is not applied and the client
+  gets ``-MISCONF``. Every later append simply tries again; the first one that
+  succeeds ends the MISCONF state. Reads never touch the WAL and keep working.
+* ``sync_barrier()`` — awaited by the dispatcher after a write command and
+  before its reply. Under ``appendfsync always`` it returns once an fdatasync
+  that started after the caller's records were written has finished. Callers
+  that arrive while an fdatasync is running share the next one: one fdatasync
+  covers every record appended since the previous one (group commit). Under
+  ``everysec``/``no`` it returns at once.
+* ``everysec``: a background thread fdatasyncs once a second when something
+  was written. A failed background fsync puts the log in MISCONF until an
+  fsync succeeds (retried on the next append).
+* ``rotate()`` — closes the active file as a segment (fsynced first) and opens
+  a fresh one; a snapshot that begins at that moment makes the segment obsolete.
+
+Threads: appends, rotation and the MISCONF bookkeeping happen on the loop
+thread; fdatasync runs in a helper thread. ``_fd_lock`` keeps rotation from
+closing a descriptor that a helper thread is syncing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pion.common.errors import CommandError
+from pion.server.persist.files import DataLayout, fsync_dir, write_all
+from pion.server.persist.records import RecordType, frame
+
+FsyncPolicy = Literal["always", "everysec", "no"]
+FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
+log = logging.getLogger("pion.persist")
+
+
+class WalWriter:
+    """Appends records to ``pion.vstore.<w>.wal`` and makes them durable by policy."""
+
+    def __init__(self, layout: DataLayout, policy: FsyncPolicy = "everysec", next_seq: int = 1,
+                 active_first_seq: int | None = None) -> None:
+        if policy not in FSYNC_POLICIES:
+            raise ValueError(f"appendfsync must be one of {', '.join(FSYNC_POLICIES)}, got {policy!r}")
+        self.layout = layout
+        self.policy = policy
+        self._fd_lock = threading.Lock()
+        self._fd = self._open_active()
+        self._offset = os.fstat(self._fd).st_size
+        self._segment_bytes = sum(p.stat().st_size for p in layout.segments())
+        self.last_seq = next_seq - 1
+        # Seq of the first record in the active file (names the segment it becomes).
+        self.active_first_seq = next_seq if active_first_seq is None else active_first_seq
+        self.synced_seq = self.last_seq
+        self.misconf: str | None = None  # why writes are refused, or None
+        self._sync_failed: str | None = None
+        self._last_error_log = 0.0
+        self.write_errors = 0
+        self.fsyncs = 0
+        self._sync_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pion-wal-fsync")
+        self._sync_future: asyncio.Future[None] | None = None
+        self._stop = threading.Event()
+        self._everysec: threading.Thread | None = None
+        if policy == "everysec":
+            self._everysec = threading.Thread(target=self._everysec_loop, name="pion-wal-everysec", daemon=True)
+            self._everysec.start()
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _open_active(self) -> int:
+        path = self.layout.wal_path
+        existed = path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if not existed:
+            fsync_dir(self.layout.data_dir)
+        return fd
+
+    @property
+    def wal_bytes(self) -> int:
+        """On-disk bytes of the active WAL and any segments not yet made obsolete."""
+        return self._offset + self._segment_bytes
+
+    @property
+    def active_bytes(self) -> int:
+        return self._offset
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, rtype: RecordType, fields: Mapping[str, Any]) -> int:
+        """Write one record; returns its sequence number. Raises CommandError(MISCONF) on failure."""
+        if self._sync_failed is not None:
+            self._retry_sync()
+        seq = self.last_seq + 1
+        parts = frame(rtype, seq, fields)
+        good = self._offset
+        try:
+            written = write_all(self._fd, parts)
+        except OSError as e:
+            self._cut(good)
+            self._fail(f"{e.strerror or e}")
+            raise CommandError(
+                f"Errors writing to the WAL ({self.layout.wal_path.name}): {e.strerror or e}. "
+                "Writes are refused until the WAL can be written again; reads keep working.",
+                code="MISCONF") from e
+        self._offset = good + written
+        self.last_seq = seq
+        if self.misconf is not None:
+            log.warning("WAL writes succeed again; leaving the MISCONF state")
+            self.misconf = None
+        return seq
+
+    def _cut(self, good: int) -> None:
+        """Remove a partly written record so the log ends on a record boundary."""
+        try:
+            os.ftruncate(self._fd, good)
+        except OSError as e:  # the next append writes after the junk; recovery then refuses loudly
+            log.error("could not cut the partial WAL record at offset %d: %s", good, e)
+
+    def _fail(self, reason: str) -> None:
+        self.write_errors += 1
+        first = self.misconf is None
+        self.misconf = reason
+        now = time.monotonic()
+        if first or now - self._last_error_log > 5.0:
+            self._last_error_log = now
+            log.error("error writing to the WAL %s: %s; refusing writes (-MISCONF) until a write succeeds",
+                      self.layout.wal_path, reason)
+
+    # -- durability --------------------------------------------------------------------------
+
+    def _sync_fd(self) -> None:
+        """fdatasync the active file (helper thread or loop thread)."""
+        with self._fd_lock:
+            os.fdatasync(self._fd)
+        self.fsyncs += 1
+
+    def _retry_sync(self) -> None:
+        try:
+            self._sync_fd()
+        except OSError as e:
+            self._fail(f"fsync failed: {e.strerror or e}")
+            raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): fsync failed: "
+                               f"{e.strerror or e}", code="MISCONF") from e
+        self._sync_failed = None
+        self.synced_seq = self.last_seq
+
+    def _everysec_loop(self) -> None:
+        while not self._stop.wait(1.0):
+            target = self.last_seq
+            if target <= self.synced_seq:
+                continue
+            try:
+                self._sync_fd()
+            except (OSError, ValueError) as e:
+                self._sync_failed = str(e)
+                self.misconf = f"background fsync failed: {e}"
+                log.error("background fsync of %s failed: %s", self.layout.wal_path, e)
+                continue
+            self.synced_seq = max(self.synced_seq, target)
+
+    async def sync_barrier(self) -> None:
+        """Return once every record appended so far is on stable storage (``always`` only).
+
+        Concurrent callers share fdatasync calls (group commit). Raises
+        CommandError(MISCONF) if the fsync fails.
+        """
+        if self.policy != "always":
+            return
+        target = self.last_seq
+        while self.synced_seq < target:
+            if self._sync_future is None:
+                self._sync_future = asyncio.ensure_future(self._group_sync())
+            future = self._sync_future
+            await asyncio.shield(future)
+            if future.exception() is not None:
+                raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): "
+                                   f"fsync failed: {future.exception()}", code="MISCONF")
+
+    async def _group_sync(self) -> None:
+        covered = self.last_seq  # everything written before fdatasync starts is covered by it
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._sync_pool, self._sync_fd)
+        except OSError as e:
+            self._fail(f"fsync failed: {e.strerror or e}")
+            raise
+        finally:
+            self._sync_future = None
+        self.synced_seq = max(self.synced_seq, covered)
+
+    def sync_now(self) -> None:
+        """fdatasync on the calling thread (shutdown, tests, before rotation)."""
+        target = self.last_seq
+        self._sync_fd()
+        self.synced_seq = max(self.synced_seq, target)
+
+    # -- segments ----------------------------------------------------------------------------
+
+    def rotate(self) -> int:
+        """Close the active WAL as a segment and start a new one; returns the last seq before.
+
+        Records up to the returned seq are in segments; a snapshot that starts now and
+        completes makes them obsolete (``drop_segments_upto``). An empty active WAL is not
+        rotated. Raises OSError (nothing changed) if the fsync or rename fails.
+        """
+        last = self.last_seq
+        if self._offset == 0:
+            return last
+        self.sync_now()
+        segment = self.layout.segment_path(self.active_first_seq)
+        with self._fd_lock:
+            os.rename(self.layout.wal_path, segment)
+            old_fd = self._fd
+            try:
+                self._fd = self._open_active()
+            except OSError:
+                os.rename(segment, self.layout.wal_path)
+                raise
+            os.close(old_fd)
+            fsync_dir(self.layout.data_dir)
+        self._segment_bytes += self._offset
+        self._offset = 0
+        self.active_first_seq = last + 1
+        return last
+
+    def drop_segments_upto(self, seq: int) -> list[str]:
+        """Delete closed segments whose records are all <= ``seq``; returns their names."""
+        segments = self.layout.segments()
+        firsts = [int(p.name.rsplit(".", 1)[1]) for p in segments] + [self.active_first_seq]
+        removed = []
+        for i, path in enumerate(segments):
+            if firsts[i + 1] - 1 <= seq:
+                size = path.stat().st_size
+                path.unlink()
+                self._segment_bytes -= size
+                removed.append(path.name)
+        if removed:
+            fsync_dir(self.layout.data_dir)
+        return removed
+
+    def close(self) -> None:
+        """Stop the fsync thread, fsync what was written (under every policy: a clean
+        shutdown loses nothing) and close the file."""
+        self._stop.set()
+        if self._everysec is not None:
+            self._everysec.join(timeout=5.0)
+        try:
+            if self.last_seq > self.synced_seq:
+                self.sync_now()
+        except OSError as e:
+            log.error("fsync of %s at shutdown failed: %s", self.layout.wal_path, e)
+        self._sync_pool.shutdown(wait=True)
+        with self._fd_lock:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,166 @@
+"""Named semantic caches: entries partitioned by scope, searched by cosine.
+
+A *scope* is a hard partition chosen by the client (pion-serve hashes model, system
+prompt, tools and earlier turns into it): a lookup only ever sees entries stored under
+the same scope, so similarity never crosses conversations.
+
+All state changes go through ``put``, ``delete``, ``flush`` and the TTL purge in
+``lookup``; each calls ``on_mutation`` so persistence can hook one place. The cache is
+not persisted yet: a restarted server starts empty.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pion.server.semantic.index import DEFAULT_ANN_MIN_ENTRIES, ScopeIndex
+
+DEFAULT_THRESHOLD = 0.85
+
+
+@dataclass(slots=True)
+class CacheEntry:
+    """One stored question and its response."""
+
+    entry_id: int
+    scope: str
+    text: str
+    response: bytes
+    meta: bytes | None
+    created_at: float
+    expires_at: float | None
+
+
+@dataclass
+class NamedCache:
+    """One AI.SEMANTIC_CACHE name: its scopes, entries and counters."""
+
+    name: str
+    scopes: dict[str, ScopeIndex] = field(default_factory=dict)
+    entries: dict[int, CacheEntry] = field(default_factory=dict)
+    next_id: int = 1
+    hits: int = 0
+    misses: int = 0
+
+
+Mutation = Callable[[str, dict[str, Any]], None]
+
+
+class SemanticCacheStore:
+    """All named caches of one server worker."""
+
+    def __init__(self, ann_kind: str = "hnswlib",
+                 ann_min_entries: int = DEFAULT_ANN_MIN_ENTRIES,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._caches: dict[str, NamedCache] = {}
+        self._ann_kind = ann_kind
+        self._ann_min = ann_min_entries
+        self._clock = clock
+        self.on_mutation: Mutation | None = None
+
+    def __len__(self) -> int:
+        return sum(len(c.entries) for c in self._caches.values())
+
+    @property
+    def n_caches(self) -> int:
+        return len(self._caches)
+
+    def check_dim(self, cache: str, scope: str, dim: int) -> str | None:
+        """An error message when ``dim`` differs from the scope's vectors, else None."""
+        named = self._caches.get(cache)
+        index = named.scopes.get(scope) if named else None
+        if index is not None and index.dim != dim:
+            return f"vector has {dim} dims but this scope holds {index.dim}-dim vectors"
+        return None
+
+    def put(self, cache: str, scope: str, text: str, response: bytes, vec: np.ndarray,
+            ttl_s: float | None = None, meta: bytes | None = None) -> int:
+        """Store an entry; returns its id. ``vec`` must be unit-norm float32."""
+        named = self._caches.get(cache)
+        if named is None:
+            named = self._caches[cache] = NamedCache(cache)
+        index = named.scopes.get(scope)
+        if index is None:
+            index = named.scopes[scope] = ScopeIndex(len(vec), self._ann_kind, self._ann_min)
+        now = self._clock()
+        entry = CacheEntry(named.next_id, scope, text, response, meta, now,
+                           now + ttl_s if ttl_s is not None else None)
+        named.next_id += 1
+        named.entries[entry.entry_id] = entry
+        index.add(entry.entry_id, vec)
+        self._mutated("put", cache=cache, entry_id=entry.entry_id)
+        return entry.entry_id
+
+    def lookup(self, cache: str, scope: str, vec: np.ndarray,
+               threshold: float) -> tuple[CacheEntry, float] | None:
+        """Best live entry of ``scope`` with cosine >= ``threshold``; counts hit/miss."""
+        named = self._caches.get(cache)
+        index = named.scopes.get(scope) if named else None
+        found: tuple[CacheEntry, float] | None = None
+        if named is not None and index is not None:
+            now = self._clock()
+            while (best := index.search(vec)) is not None:
+                entry = named.entries[best[0]]
+                if entry.expires_at is not None and entry.expires_at <= now:
+                    self._remove(named, entry.entry_id)
+                    self._mutated("expire", cache=cache, entry_id=entry.entry_id)
+                    continue
+                if best[1] >= threshold:
+                    found = (entry, best[1])
+                break
+        if named is not None:
+            if found is None:
+                named.misses += 1
+            else:
+                named.hits += 1
+        return found
+
+    def delete(self, cache: str, entry_ids: list[int]) -> int:
+        named = self._caches.get(cache)
+        if named is None:
+            return 0
+        removed = sum(1 for i in entry_ids if self._remove(named, i))
+        if removed:
+            self._mutated("delete", cache=cache, entry_ids=entry_ids)
+        return removed
+
+    def flush(self, cache: str) -> int:
+        named = self._caches.pop(cache, None)
+        if named is None:
+            return 0
+        self._mutated("flush", cache=cache)
+        return len(named.entries)
+
+    def info(self, cache: str) -> dict[str, Any]:
+        named = self._caches.get(cache) or NamedCache(cache)
+        return {
+            "name": cache,
+            "entries": len(named.entries),
+            "scopes": len(named.scopes),
+            "ann_scopes": sum(1 for s in named.scopes.values() if s.uses_ann),
+            "ann_min_entries": self._ann_min,
+            "ann_kind": self._ann_kind,
+            "hits": named.hits,
+            "misses": named.misses,
+            "default_threshold": DEFAULT_THRESHOLD,
+            "persisted": 0,
+        }
+
+    def _remove(self, named: NamedCache, entry_id: int) -> bool:
+        entry = named.entries.pop(entry_id, None)
+        if entry is None:
+            return False
+        index = named.scopes[entry.scope]
+        index.remove(entry_id)
+        if len(index) == 0:
+            del named.scopes[entry.scope]
+        return True
+
+    def _mutated(self, kind: str, **fields: Any) -> None:
+        if self.on_mutation is not None:
+            self.on_mutation(kind, fields)

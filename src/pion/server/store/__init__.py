@@ -1,0 +1,1 @@
+"""Server-side state containers: V-store sessions, eviction, keyspace."""

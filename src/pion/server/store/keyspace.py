@@ -1,0 +1,256 @@
+"""The binary-safe string keyspace (SET/GET/... — what LMCache's ``redis://`` backend uses).
+
+Keys and values are ``bytes`` kept as received (no copy after parsing). Expiry deadlines
+are absolute unix milliseconds in a side dict, checked lazily on access and sampled
+periodically (Redis's active expiry: sample 20 keys with a TTL, repeat while more than a
+quarter were expired, within a small time budget).
+
+Every mutation goes through one method (``set``, ``delete``, ``expire``, ``flush``) that
+first calls ``journal.record(kind, fields)`` and then applies the change, so persistence
+logs exactly what clients were told. Records (see ``pion.server.persist.records``)::
+
+    set     key, value, expire_at_ms (int | None)
+    del     keys (list[bytes])
+    expire  key, expire_at_ms (int | None: the TTL is removed)
+    flush   (no fields)
+
+``used_bytes`` approximates the memory the keyspace holds (keys + values + a fixed
+per-entry overhead); the V-store's maxmemory policy adds it to its own bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import random
+import re
+import time
+from collections.abc import Iterator
+
+from pion.server.store.journal import Journal, NullJournal
+
+ENTRY_OVERHEAD_BYTES = 96  # dict slot + two bytes objects' headers, roughly
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def entry_bytes(key: bytes, value: bytes) -> int:
+    """What one entry counts toward ``used_bytes``."""
+    return len(key) + len(value) + ENTRY_OVERHEAD_BYTES
+
+
+@functools.lru_cache(maxsize=256)
+def compile_glob(pattern: bytes) -> re.Pattern[bytes]:
+    """Redis glob (``* ? [abc] [^a-z] \\x``) as a bytes regex; matches whole keys."""
+    out = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i:i + 1]
+        if c == b"*":
+            out.append(b".*")
+        elif c == b"?":
+            out.append(b".")
+        elif c == b"\\" and i + 1 < n:
+            i += 1
+            out.append(re.escape(pattern[i:i + 1]))
+        elif c == b"[":
+            j = i + 1
+            negate = j < n and pattern[j:j + 1] == b"^"
+            if negate:
+                j += 1
+            parts = []
+            while j < n and pattern[j:j + 1] != b"]":
+                if pattern[j:j + 1] == b"\\" and j + 1 < n:
+                    j += 1
+                    parts.append(re.escape(pattern[j:j + 1]))
+                elif j + 2 < n and pattern[j + 1:j + 2] == b"-" and pattern[j + 2:j + 3] != b"]":
+                    lo, hi = sorted((pattern[j], pattern[j + 2]))
+                    parts.append(re.escape(bytes([lo])) + b"-" + re.escape(bytes([hi])))
+                    j += 2
+                else:
+                    parts.append(re.escape(pattern[j:j + 1]))
+                j += 1
+            body = b"".join(parts)
+            if not body:  # "[]" or "[^]" matches nothing / any one char, like Redis
+                out.append(b"." if negate else b"(?!)")
+            else:
+                out.append(b"[" + (b"^" if negate else b"") + body + b"]")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile(b"".join(out) + b"\\Z", re.DOTALL)
+
+
+class Keyspace:
+    """Binary keys to binary values with optional millisecond expiry."""
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        self.journal: Journal = journal if journal is not None else NullJournal()
+        self._data: dict[bytes, bytes] = {}
+        self._expires: dict[bytes, int] = {}
+        self._seq: dict[bytes, int] = {}  # insertion sequence, increasing in dict order (SCAN)
+        self._next_seq = 1
+        self.used_bytes = 0
+        self.expired_keys = 0
+
+    # ---- reads ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._data)
+
+    @property
+    def n_expires(self) -> int:
+        return len(self._expires)
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value, or None when absent or expired (an expired key is removed)."""
+        if self._expires and key in self._expires and self._expire_if_due(key):
+            return None
+        return self._data.get(key)
+
+    def contains(self, key: bytes) -> bool:
+        return self.get(key) is not None
+
+    def expire_at_ms(self, key: bytes) -> int | None:
+        """Absolute deadline of a live key, or None when it has no TTL."""
+        return self._expires.get(key)
+
+    def ttl_ms(self, key: bytes) -> int:
+        """Redis PTTL semantics: -2 missing, -1 no TTL, else milliseconds left."""
+        if self.get(key) is None:
+            return -2
+        deadline = self._expires.get(key)
+        if deadline is None:
+            return -1
+        return max(0, deadline - now_ms())
+
+    def keys(self, pattern: bytes = b"*") -> list[bytes]:
+        self._expire_all_due()
+        if pattern == b"*":
+            return list(self._data)
+        regex = compile_glob(pattern)
+        return [k for k in self._data if regex.match(k)]
+
+    def scan(self, cursor: int, count: int, pattern: bytes | None = None) -> tuple[int, list[bytes]]:
+        """Up to ``count`` keys inserted at or after ``cursor``; returns (next cursor, keys).
+
+        Cursors are insertion sequence numbers, so a key present for a whole iteration is
+        returned exactly once even if others are added or deleted meanwhile; 0 = done.
+        """
+        order = list(self._data)
+        seq = self._seq
+        start = bisect.bisect_left(order, cursor, key=seq.__getitem__) if cursor > 0 else 0
+        batch = order[start:start + count]
+        next_cursor = seq[order[start + count]] if start + count < len(order) else 0
+        now = now_ms()
+        live = [k for k in batch if k not in self._expires or self._expires[k] > now]
+        if pattern is not None and pattern != b"*":
+            regex = compile_glob(pattern)
+            live = [k for k in live if regex.match(k)]
+        return next_cursor, live
+
+    def items(self) -> Iterator[tuple[bytes, bytes, int | None]]:
+        """(key, value, expire_at_ms) of every live key — for snapshots."""
+        now = now_ms()
+        for key, value in self._data.items():
+            deadline = self._expires.get(key)
+            if deadline is None or deadline > now:
+                yield key, value, deadline
+
+    # ---- mutations (journaled, then applied) ----------------------------------------------
+    def set(self, key: bytes, value: bytes, expire_at_ms: int | None = None,
+            keep_ttl: bool = False) -> None:
+        """Store ``value``; the TTL becomes ``expire_at_ms`` (or stays, with ``keep_ttl``)."""
+        if keep_ttl:
+            expire_at_ms = self._expires.get(key) if key in self._data else None
+        self.journal.record("set", {"key": key, "value": value, "expire_at_ms": expire_at_ms})
+        old = self._data.get(key)
+        if old is None:
+            self._seq[key] = self._next_seq
+            self._next_seq += 1
+            self.used_bytes += entry_bytes(key, value)
+        else:
+            self.used_bytes += len(value) - len(old)
+        self._data[key] = value
+        if expire_at_ms is None:
+            if self._expires:
+                self._expires.pop(key, None)
+        else:
+            self._expires[key] = expire_at_ms
+
+    def delete(self, keys: list[bytes]) -> int:
+        """Remove the live keys among ``keys``; returns how many were removed."""
+        present = [k for k in dict.fromkeys(keys) if self.get(k) is not None]
+        if not present:
+            return 0
+        self.journal.record("del", {"keys": present})
+        for key in present:
+            self._remove(key)
+        return len(present)
+
+    def expire(self, key: bytes, expire_at_ms: int | None) -> bool:
+        """Set (or with None remove) a live key's deadline; a past deadline deletes it."""
+        if self.get(key) is None:
+            return False
+        if expire_at_ms is not None and expire_at_ms <= now_ms():
+            self.delete([key])
+            return True
+        self.journal.record("expire", {"key": key, "expire_at_ms": expire_at_ms})
+        if expire_at_ms is None:
+            self._expires.pop(key, None)
+        else:
+            self._expires[key] = expire_at_ms
+        return True
+
+    def flush(self) -> None:
+        """Remove every key (FLUSHALL)."""
+        self.journal.record("flush", {})
+        self._data.clear()
+        self._expires.clear()
+        self._seq.clear()
+        self.used_bytes = 0
+
+    # ---- expiry --------------------------------------------------------------------------
+    def active_expire_cycle(self, budget_s: float = 0.001, sample: int = 20) -> int:
+        """Remove expired keys by sampling (Redis's active expiry); returns how many went."""
+        removed = 0
+        deadline = time.perf_counter() + budget_s
+        while self._expires and time.perf_counter() < deadline:
+            keys = list(self._expires)
+            picks = random.sample(keys, min(sample, len(keys)))
+            now = now_ms()
+            due = [k for k in picks if self._expires[k] <= now]
+            if due:
+                self.delete_expired(due)
+                removed += len(due)
+            if len(due) * 4 <= len(picks):
+                break
+        return removed
+
+    def delete_expired(self, keys: list[bytes]) -> None:
+        self.journal.record("del", {"keys": keys})
+        for key in keys:
+            self._remove(key)
+        self.expired_keys += len(keys)
+
+    def _expire_if_due(self, key: bytes) -> bool:
+        if self._expires[key] <= now_ms():
+            self.delete_expired([key])
+            return True
+        return False
+
+    def _expire_all_due(self) -> None:
+        if not self._expires:
+            return
+        now = now_ms()
+        due = [k for k, t in self._expires.items() if t <= now]
+        if due:
+            self.delete_expired(due)
+
+    def _remove(self, key: bytes) -> None:
+        value = self._data.pop(key)
+        self.used_bytes -= entry_bytes(key, value)
+        self._expires.pop(key, None)
+        del self._seq[key]

@@ -1,0 +1,204 @@
+"""The official openai SDK against a real pion-llm (SmolLM2) on a real pion-server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from support.llm_procs import MODEL, LlmProcess, start_llm
+from support.procs import ServerProcess
+
+SYSTEM = ("You are the support assistant of ACME Corp. You answer questions about accounts, billing and "
+          "passwords in one short sentence. Never invent product names. ") * 4
+
+
+@pytest.fixture(scope="module")
+def llm(shared_pion_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmProcess]:
+    proc = start_llm(tmp_path_factory.mktemp("llm"), "--pion-port", str(shared_pion_server.port), "--max-queue", "1")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def system_tokens() -> int:
+    """Tokens of the rendered system message (the first segment of every conversation here)."""
+    from transformers import AutoTokenizer
+
+    from pion.client.runtimes.model_files import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(MODEL).path)
+    return len(tok.apply_chat_template([{"role": "system", "content": SYSTEM}], tokenize=True,
+                                       return_dict=True)["input_ids"])
+
+
+def chat(llm: LlmProcess, *turns: str, max_tokens: int = 8, **kwargs: Any) -> Any:
+    messages = [{"role": "system", "content": SYSTEM}]
+    for i, text in enumerate(turns):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
+    return llm.openai().chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens,
+                                                temperature=0, **kwargs)
+
+
+def stats(server: ServerProcess) -> dict[str, Any]:
+    with server.client() as conn:
+        raw = conn.execute_command("PION.STATS")
+    pairs = dict(zip(raw[0::2], raw[1::2], strict=True))
+    return {k.decode(): float(v) for k, v in pairs.items()}
+
+
+def test_chat_completion_has_the_openai_shape(llm: LlmProcess) -> None:
+    resp = chat(llm, "How do I reset my password?", max_tokens=6)
+    assert resp.object == "chat.completion"
+    assert resp.model == MODEL
+    assert resp.id.startswith("chatcmpl-")
+    assert len(resp.choices) == 1
+    assert resp.choices[0].message.role == "assistant"
+    assert isinstance(resp.choices[0].message.content, str)
+    assert resp.choices[0].finish_reason in ("stop", "length")
+    assert resp.usage.completion_tokens <= 6
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+    assert resp.usage.prompt_tokens_details.cached_tokens >= 0
+
+
+def test_streaming_sends_chat_completion_chunks_ending_with_done(llm: LlmProcess) -> None:
+    body = {"model": MODEL, "messages": [{"role": "system", "content": SYSTEM},
+                                         {"role": "user", "content": "Say hello."}],
+            "max_tokens": 6, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    chat(llm, "Say hello.", max_tokens=6)  # warm the cache so both calls below restore the same rows
+    with httpx.stream("POST", f"{llm.url}/v1/chat/completions", json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in resp.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["completion_tokens"] <= 6
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1])
+    assert streamed == chat(llm, "Say hello.", max_tokens=6).choices[0].message.content
+
+
+def test_the_sdk_streams_the_same_text_as_a_plain_request(llm: LlmProcess) -> None:
+    plain = chat(llm, "What is billing?", max_tokens=6).choices[0].message.content
+    stream = chat(llm, "What is billing?", max_tokens=6, stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == plain
+
+
+def test_completions_and_models_follow_the_openai_shapes(llm: LlmProcess) -> None:
+    client = llm.openai()
+    resp = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4, temperature=0)
+    assert resp.object == "text_completion"
+    assert resp.choices[0].finish_reason in ("stop", "length")
+    assert resp.usage.completion_tokens <= 4
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    pieces = client.completions.create(model=MODEL, prompt="One, two,", max_tokens=4, temperature=0, stream=True)
+    assert [p.object for p in pieces][-1] == "text_completion"
+
+
+def test_a_second_request_with_the_same_system_prompt_restores_it(llm: LlmProcess, shared_pion_server: ServerProcess,
+                                                                   system_tokens: int) -> None:
+    chat(llm, "First question: where is my invoice?")
+    before = stats(shared_pion_server)
+    second = chat(llm, "Second question: how do I change my email?")
+    after = stats(shared_pion_server)
+    assert second.usage.prompt_tokens_details.cached_tokens >= system_tokens
+    assert after["kvprefix_hits"] == before["kvprefix_hits"] + 1
+    assert after["kvprefix_tokens_served"] == (before["kvprefix_tokens_served"]
+                                               + second.usage.prompt_tokens_details.cached_tokens)
+
+
+def test_turn_two_of_a_conversation_reuses_more_than_the_system_prompt(llm: LlmProcess, system_tokens: int) -> None:
+    first = chat(llm, "Turn one: my account is locked.")
+    answer = first.choices[0].message.content
+    second = chat(llm, "Turn one: my account is locked.", answer, "Turn two: what now?")
+    assert second.usage.prompt_tokens_details.cached_tokens > system_tokens
+    assert second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
+
+
+BAD_BODIES = [
+    ({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}, "model"),
+    ({"model": MODEL, "messages": []}, "messages"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}, "max_tokens"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}, "max_tokens"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
+     "max_completion_tokens"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "temperature": 5}, "temperature"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "top_p": 0}, "top_p"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
+    ({"model": MODEL, "messages": "hi"}, "messages"),
+    ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
+]
+
+
+@pytest.mark.parametrize(("body", "param"), BAD_BODIES)
+def test_bad_chat_requests_get_openai_shaped_400s(llm: LlmProcess, body: dict[str, Any], param: str) -> None:
+    resp = httpx.post(f"{llm.url}/v1/chat/completions", json=body, timeout=30)
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"].split(".")[0] == param
+    assert isinstance(error["message"], str)
+
+
+def test_bad_requests_raise_bad_request_error_in_the_sdk(llm: LlmProcess) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        llm.openai().completions.create(model=MODEL, prompt="", max_tokens=3)
+    assert info.value.status_code == 400
+    resp = httpx.post(f"{llm.url}/v1/completions", content=b"{not json", timeout=30,
+                      headers={"content-type": "application/json"})
+    assert resp.status_code == 400
+    assert resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_health_and_metrics_report_the_model_and_the_cache(llm: LlmProcess) -> None:
+    health = httpx.get(f"{llm.url}/health", timeout=10).json()
+    assert health["status"] == "ok"
+    assert health["model"] == MODEL
+    assert health["prefix_cache"]["backend"] == "pion-server"
+    assert health["prefix_cache"]["status"] == "ok"
+    metrics = httpx.get(f"{llm.url}/metrics", timeout=10).text
+    assert "pion_llm_ttft_seconds_count" in metrics
+    assert "pion_llm_cached_tokens_total" in metrics
+
+
+def test_a_full_queue_answers_429_and_a_disconnect_cancels_generation(llm: LlmProcess, tmp_path: Path) -> None:
+    long_body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a very long story."}],
+                 "max_tokens": 400, "temperature": 0, "stream": True}
+    waiting: dict[str, Any] = {}
+
+    def queued_request() -> None:
+        waiting["resp"] = chat(llm, "Queued question.", max_tokens=3)
+
+    with httpx.stream("POST", f"{llm.url}/v1/chat/completions", json=long_body, timeout=120) as running:
+        lines = running.iter_lines()
+        assert next(line for line in lines if line).startswith("data: ")  # the model is now busy
+        thread = threading.Thread(target=queued_request)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{llm.url}/health", timeout=10).json()["queue"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(openai.RateLimitError) as info:
+            chat(llm, "One request too many.", max_tokens=3)
+        assert info.value.status_code == 429
+        assert info.value.body["code"] == "rate_limit_exceeded"
+    # Leaving the block closed the stream mid-generation; the queued request now runs.
+    thread.join(timeout=120)
+    assert waiting["resp"].choices[0].finish_reason in ("stop", "length")
+    cancelled = [line for line in llm.log().splitlines() if "generation cancelled after" in line]
+    assert len(cancelled) == 1
+    assert int(cancelled[0].split("after ")[1].split()[0]) < 400

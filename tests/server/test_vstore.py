@@ -1,0 +1,248 @@
+"""V.* commands through a real pion-server with redis-py, in RESP2 and RESP3."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from support.procs import ServerProcess
+
+D = 64
+_ids = itertools.count()
+
+
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def r(request: pytest.FixtureRequest, shared_pion_server: ServerProcess) -> Iterator[redis.Redis]:
+    with shared_pion_server.client(protocol=request.param) as client:
+        yield client
+
+
+def sid(tag: str = "s") -> str:
+    return f"{tag}-{next(_ids)}"
+
+
+def rows(n: int, dim: int = D, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+
+
+def info(r: redis.Redis, name: str) -> dict[str, object]:
+    reply = r.execute_command("V.INFO", name)
+    if isinstance(reply, list):
+        reply = dict(zip(reply[::2], reply[1::2], strict=True))
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
+
+
+def err(r: redis.Redis, *args: object) -> str:
+    with pytest.raises(redis.ResponseError) as exc:
+        r.execute_command(*args)
+    return str(exc.value)
+
+
+def stats(r: redis.Redis) -> dict[str, object]:
+    reply = r.execute_command("PION.STATS")
+    if isinstance(reply, list):
+        reply = dict(zip(reply[::2], reply[1::2], strict=True))
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
+
+
+def test_fp32_rows_round_trip_bit_exact(r: redis.Redis) -> None:
+    s, data = sid(), rows(10)
+    assert r.execute_command("V.CREATE", s, D) == b"OK"
+    assert r.execute_command("V.STOREBATCH", s, 0, 0, data.tobytes()) == 10
+    assert r.execute_command("V.FETCH", s, 0, "RANGE", 0, 10) == data.tobytes()
+    assert r.execute_command("V.FETCH", s, 0, "RANGE", 3, 5, "DTYPE", "f16") == data[3:5].astype("<f2").tobytes()
+
+
+def test_fp16_session_accepts_f16_rows_and_serves_raw_f16_and_f32(r: redis.Redis) -> None:
+    s, data = sid(), rows(7).astype("<f2")
+    r.execute_command("V.CREATE", s, D, "VQUANT", "fp16")
+    assert r.execute_command("V.STOREBATCH", s, 2, 0, data.tobytes(), "DTYPE", "f16") == 7
+    assert r.execute_command("V.FETCH", s, 2, "RANGE", 0, 7, "DTYPE", "f16") == data.tobytes()
+    assert r.execute_command("V.FETCH", s, 2, "RANGE", 0, 7, "DTYPE", "raw") == data.tobytes()
+    assert r.execute_command("V.FETCH", s, 2, "RANGE", 0, 7) == data.astype("<f4").tobytes()
+
+
+def test_quantized_session_decodes_close_to_the_input(r: redis.Redis) -> None:
+    s, data = sid(), rows(5)
+    r.execute_command("V.CREATE", s, D, "VQUANT", "int8")
+    r.execute_command("V.STOREBATCH", s, 0, 0, data.tobytes())
+    back = np.frombuffer(r.execute_command("V.FETCH", s, 0, "RANGE", 0, 5), "<f4").reshape(5, D)
+    assert float(np.abs(back - data).max()) < 0.05
+    raw = r.execute_command("V.FETCH", s, 0, "RANGE", 0, 5, "DTYPE", "raw")
+    assert len(raw) == 5 * 66  # int8 row: D codes + fp16 scale
+
+
+def test_recreate_with_same_params_is_ok_and_with_other_params_is_refused(r: redis.Redis) -> None:
+    s = sid()
+    assert r.execute_command("V.CREATE", s, D, "VQUANT", "fp16") == b"OK"
+    assert r.execute_command("V.CREATE", s, D, "VQUANT", "fp16") == b"OK"
+    assert "exists" in err(r, "V.CREATE", s, D, "VQUANT", "fp32")
+    assert "exists" in err(r, "V.CREATE", s, 32, "VQUANT", "fp16")
+
+
+def test_group_format_with_bad_dim_is_refused_with_the_codec_wording(r: redis.Redis) -> None:
+    s = sid()
+    assert err(r, "V.CREATE", s, 48, "VQUANT", "fp8") == "kv_dim must be a multiple of 32 for fp8"
+    assert r.execute_command("V.LIST", s) == []
+
+
+def test_schema_session_stores_each_layer_in_its_format(r: redis.Redis) -> None:
+    s, data = sid(), rows(4)
+    assert r.execute_command("V.CREATE", s, D, "SCHEMA", 3, "fp16", "fp8", "fp16") == b"OK"
+    for layer in range(3):
+        assert r.execute_command("V.STOREBATCH", s, layer, 0, data.tobytes()) == 4
+    assert len(r.execute_command("V.FETCH", s, 1, "RANGE", 0, 4, "DTYPE", "raw")) == 4 * 68
+    assert len(r.execute_command("V.FETCH", s, 2, "RANGE", 0, 4, "DTYPE", "raw")) == 4 * 2 * D
+    assert "out of range" in err(r, "V.STOREBATCH", s, 3, 0, data.tobytes())
+    meta = info(r, s)
+    assert meta["format"] == b"schema"
+    assert meta["schema"] == [b"fp16", b"fp8", b"fp16"]
+    assert meta["rows"] == [4, 4, 4]
+
+
+def test_partial_row_blob_is_refused_and_nothing_is_stored(r: redis.Redis) -> None:
+    s = sid()
+    r.execute_command("V.CREATE", s, D)
+    r.execute_command("V.STOREBATCH", s, 0, 0, rows(2).tobytes())
+    assert "whole number" in err(r, "V.STOREBATCH", s, 0, 2, rows(3).tobytes()[:-4])
+    assert "whole number" in err(r, "V.STOREBATCH", s, 0, 2, b"")
+    assert info(r, s)["rows"] == [2]
+
+
+def test_gap_is_refused_and_overwrite_is_allowed(r: redis.Redis) -> None:
+    s = sid()
+    r.execute_command("V.CREATE", s, D)
+    r.execute_command("V.STOREBATCH", s, 0, 0, rows(3).tobytes())
+    assert "gap" in err(r, "V.STOREBATCH", s, 0, 4, rows(1).tobytes())
+    assert r.execute_command("V.STOREBATCH", s, 0, 1, rows(4, seed=9).tobytes()) == 5
+    assert r.execute_command("V.FETCH", s, 0, "RANGE", 1, 5) == rows(4, seed=9).tobytes()
+
+
+def test_nan_is_refused_by_a_quantized_format_and_nothing_is_stored(r: redis.Redis) -> None:
+    s, data = sid(), rows(3)
+    data[1, 5] = np.nan
+    r.execute_command("V.CREATE", s, D, "VQUANT", "int8")
+    assert "NaN" in err(r, "V.STOREBATCH", s, 0, 0, data.tobytes())
+    assert info(r, s)["rows"] == []
+
+
+def test_fetch_outside_the_stored_rows_is_refused(r: redis.Redis) -> None:
+    s = sid()
+    r.execute_command("V.CREATE", s, D)
+    r.execute_command("V.STOREBATCH", s, 0, 0, rows(3).tobytes())
+    assert "outside" in err(r, "V.FETCH", s, 0, "RANGE", 0, 4)
+    assert "outside" in err(r, "V.FETCH", s, 0, "RANGE", 2, 1)
+    assert "outside" in err(r, "V.FETCH", s, 0, 3)
+    assert "not found" in err(r, "V.FETCH", sid("missing"), 0, "RANGE", 0, 1)
+
+
+def test_legacy_id_list_returns_rows_in_the_order_asked(r: redis.Redis) -> None:
+    s, data = sid(), rows(5)
+    r.execute_command("V.CREATE", s, D, "VQUANT", "fp16")
+    r.execute_command("V.STOREBATCH", s, 0, 0, data.tobytes())
+    want = data.astype("<f2")[[4, 0, 4]]
+    assert r.execute_command("V.FETCH", s, 0, 4, 0, 4, "DTYPE", "f16") == want.tobytes()
+    assert r.execute_command("V.FETCH", s, 0, 4, 0, 4) == want.astype("<f4").tobytes()
+
+
+def test_mfetch_of_thirty_layers_equals_thirty_fetches(r: redis.Redis) -> None:
+    s = sid()
+    r.execute_command("V.CREATE", s, D, "VQUANT", "fp16")
+    pipe = r.pipeline(transaction=False)
+    for layer in range(30):
+        pipe.execute_command("V.STOREBATCH", s, layer, 0, rows(16, seed=layer).tobytes())
+    assert pipe.execute() == [16] * 30
+    reply = r.execute_command("V.MFETCH", s, 0, 30, "RANGE", 2, 12, "DTYPE", "f16")
+    assert len(reply) == 30
+    assert reply == [r.execute_command("V.FETCH", s, layer, "RANGE", 2, 12, "DTYPE", "f16") for layer in range(30)]
+    assert reply[7] == rows(16, seed=7)[2:12].astype("<f2").tobytes()
+    assert "outside" in err(r, "V.MFETCH", s, 0, 31, "RANGE", 0, 1)
+
+
+def test_fetch_payload_bytes_count_into_the_receipt(r: redis.Redis) -> None:
+    s = sid()
+    r.execute_command("V.CREATE", s, D, "VQUANT", "fp16")
+    r.execute_command("V.STOREBATCH", s, 0, 0, rows(4).tobytes())
+    r.execute_command("V.STOREBATCH", s, 1, 0, rows(4).tobytes())
+    before = stats(r)["kvprefix_bytes_served"]
+    r.execute_command("V.FETCH", s, 0, "RANGE", 0, 4)
+    r.execute_command("V.MFETCH", s, 0, 2, "RANGE", 0, 4, "DTYPE", "f16")
+    assert stats(r)["kvprefix_bytes_served"] == before + 4 * D * 4 + 2 * 4 * D * 2
+
+
+def test_info_describes_the_session(r: redis.Redis) -> None:
+    s = sid()
+    r.execute_command("V.CREATE", s, D, "VQUANT", "fp16")
+    r.execute_command("V.STOREBATCH", s, 1, 0, rows(3).tobytes())
+    meta = info(r, s)
+    assert (meta["kv_dim"], meta["format"], meta["tokens"], meta["rows"], meta["bytes"]) == (
+        D, b"fp16", 0, [0, 3], 3 * D * 2)
+    assert "not found" in err(r, "V.INFO", sid("missing"))
+
+
+def test_list_and_drop(r: redis.Redis) -> None:
+    tag = sid("lst")
+    names = [f"{tag}:{i}" for i in range(3)]
+    for name in names:
+        r.execute_command("V.CREATE", name, D)
+    assert r.execute_command("V.LIST", f"{tag}:*") == [n.encode() for n in names]
+    assert r.execute_command("V.DROP", names[0], names[1], "nope") == 2
+    assert r.execute_command("V.LIST", f"{tag}:*") == [names[2].encode()]
+
+
+@pytest.mark.parametrize("args, wording", [
+    (("V.CREATE", "x"), "wrong number of arguments for 'v.create' command"),
+    (("V.CREATE", "x", "abc"), "not an integer"),
+    (("V.CREATE", "x", "-4"), "kv_dim must be"),
+    (("V.CREATE", "x", "0"), "kv_dim must be"),
+    (("V.CREATE", "x", "64", "VQUANT"), "VQUANT needs 1 value"),
+    (("V.CREATE", "x", "64", "VQUANT", "fp99"), "unknown format 'fp99'"),
+    (("V.CREATE", "x", "64", "SCHEMA", "2", "fp16"), "SCHEMA needs 2 values"),
+    (("V.CREATE", "x", "64", "COLOUR", "red"), "syntax error near 'COLOUR'"),
+    (("V.CREATE", "x", "64", "VQUANT", "fp16", "SCHEMA", "1", "fp16"), "mutually exclusive"),
+    (("V.STOREBATCH", "x", "0", "0"), "wrong number of arguments for 'v.storebatch' command"),
+    (("V.STOREBATCH", "x", "-1", "0", "blob"), "layer must be"),
+    (("V.STOREBATCH", "x", "0", "1.5", "blob"), "not an integer"),
+    (("V.STOREBATCH", "x", "0", "0", "blob", "DTYPE", "bf16"), "unknown DTYPE 'bf16'"),
+    (("V.STOREBATCH", "x", "0", "0", "blob", "DTYPE"), "DTYPE needs 1 value"),
+    (("V.FETCH", "x", "0"), "wrong number of arguments for 'v.fetch' command"),
+    (("V.FETCH", "x", "0", "RANGE", "0"), "RANGE needs 2 values"),
+    (("V.FETCH", "x", "0", "RANGE", "0", "1", "DTYPE", "f64"), "unknown DTYPE"),
+    (("V.FETCH", "x", "0", "RANGE", "0", "1", "EXTRA"), "syntax error"),
+    (("V.MFETCH", "x", "0", "1", "RANGE", "0"), "wrong number of arguments for 'v.mfetch' command"),
+    (("V.MFETCH", "x", "0", "1", "SPAN", "0", "1"), "syntax error near 'SPAN'"),
+    (("V.INFO",), "wrong number of arguments for 'v.info' command"),
+    (("V.DROP",), "wrong number of arguments for 'v.drop' command"),
+    (("V.LIST", "a", "b"), "syntax error"),
+])
+def test_bad_input_is_refused_with_a_reason(r: redis.Redis, args: tuple[str, ...], wording: str) -> None:
+    assert wording in err(r, *args)
+    assert r.execute_command("V.LIST", "x") == []
+    assert r.ping() is True
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=st.lists(st.one_of(st.sampled_from([b"RANGE", b"DTYPE", b"f16", b"raw", b"0", b"1", b"-1", b"64",
+                                                 b"VQUANT", b"SCHEMA", b"fp8", b"99999999999999999999"]),
+                               st.binary(max_size=12)), max_size=7),
+       command=st.sampled_from(["V.CREATE", "V.STOREBATCH", "V.FETCH", "V.MFETCH", "V.INFO", "V.DROP"]))
+def test_random_arguments_never_change_a_held_session_by_mistake(
+        shared_pion_server: ServerProcess, command: str, args: list[bytes]) -> None:
+    with shared_pion_server.client() as r:
+        r.execute_command("V.CREATE", "fuzz-held", D, "VQUANT", "fp16")
+        if not r.execute_command("V.INFO", "fuzz-held")[11]:  # rows empty: store once
+            r.execute_command("V.STOREBATCH", "fuzz-held", 0, 0, rows(2).tobytes())
+        before = r.execute_command("V.FETCH", "fuzz-held", 0, "RANGE", 0, 2)
+        try:
+            r.execute_command(command, *args)
+        except redis.ResponseError:
+            pass
+        if command != "V.DROP" or b"fuzz-held" not in args:
+            assert r.execute_command("V.FETCH", "fuzz-held", 0, "RANGE", 0, 2) == before
+        assert r.ping() is True
