@@ -8,7 +8,7 @@ Shape: 30 layers, kv_dim 192 (3 KV heads x 64), K and V, fp16 -> 30 x 2 x 2048 x
   Redis restore 60 GET, pipelined (1 round trip); MGET of each side's 30 keys is shown too
 
 Both servers run side by side on this machine, both driven by redis-py (hiredis parser),
-each phase repeated and the median reported. Run:
+each phase repeated (Pion and Redis interleaved) and the median reported. Run:
 
   .venv/bin/python benchmarks/bench_prefix_restore.py [--repeat 7]
 """
@@ -51,13 +51,15 @@ def wait_ping(port: int, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"server on port {port} did not answer PING")
 
 
-def median_s(fn: Callable[[], object], repeat: int) -> float:
-    times = []
+def medians_s(fns: list[Callable[[], object]], repeat: int) -> list[float]:
+    """Median seconds of each function, run interleaved so both servers see the same machine load."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for fn, bucket in zip(fns, times, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            bucket.append(time.perf_counter() - t0)
+    return [statistics.median(bucket) for bucket in times]
 
 
 def main() -> int:
@@ -130,11 +132,9 @@ def main() -> int:
             raise RuntimeError("restored bytes differ from stored bytes")
         assert pion.execute_command("KV.PREFIX.LOOKUP", "bench") == b"HIT"
 
-        results = {
-            "store": (median_s(pion_store, args.repeat), median_s(redis_store, args.repeat)),
-            "restore": (median_s(pion_restore, args.repeat), median_s(redis_get, args.repeat)),
-        }
-        mget_s = median_s(redis_mget, args.repeat)
+        store_p, store_r = medians_s([pion_store, redis_store], args.repeat)
+        restore_p, restore_r, mget_s = medians_s([pion_restore, redis_get, redis_mget], args.repeat)
+        results = {"store": (store_p, store_r), "restore": (restore_p, restore_r)}
     finally:
         for proc in procs:
             proc.terminate()

@@ -66,7 +66,8 @@ def capture(model: object, tokenizer: object) -> dict[str, np.ndarray]:
     if ids.shape[1] != N_TOKENS:
         raise SystemExit(f"prompt is only {ids.shape[1]} tokens")
     with torch.no_grad():
-        cache = model(ids, use_cache=True).cache  # transformers 5: `past_key_values` is deprecated  # type: ignore[operator]
+        # transformers 5 names the DynamicCache `cache` (`past_key_values` is deprecated)
+        cache = model(ids, use_cache=True).cache  # type: ignore[operator]
 
     def rows(t: torch.Tensor) -> np.ndarray:
         # [1, kv_heads, seq, head_dim] -> [seq, kv_heads * head_dim], the V-store layout

@@ -77,3 +77,17 @@ def test_keyspace_bytes_share_the_budget(tmp_path: Path) -> None:
             assert r.execute_command("KV.PREFIX.LOOKUP", "a") == b"MISS"
     finally:
         server.stop()
+
+
+def test_a_keyspace_write_evicts_prefixes_to_fit_the_budget(tmp_path: Path) -> None:
+    budget = 100 * ROW_FP16
+    server = start_server(tmp_path / "data", "--maxmemory", str(budget))
+    try:
+        with server.client() as r:
+            register(r, "a", 20)  # 40 rows
+            assert r.set("big", b"x" * (70 * ROW_FP16)) is True
+            assert r.execute_command("V.LIST") == []
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                r.set("bigger", b"x" * (101 * ROW_FP16))
+    finally:
+        server.stop()

@@ -254,7 +254,7 @@ def test_clients_beyond_maxclients_are_refused_with_an_error(
         for sock in conns:
             sock.sendall(b"PING\r\n")
             assert sock.recv(100) == b"+PONG\r\n"
-        extra = raw_exchange(limited_server.port, b"PING\r\n")
+        extra = raw_exchange(limited_server.port, b"")
         assert extra == b"-ERR max number of clients reached\r\n"
     finally:
         for sock in conns:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,14 +17,23 @@ FIELDS = ["kvprefix_hits", "kvprefix_misses", "kvprefix_tokens_served", "kvprefi
           "uptime_seconds", "kvprefix_hit_rate", "semantic_hit_rate", "prefill_seconds_avoided_estimated"]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    """A fresh server per test (counters start at 0), 1000 us per estimated token."""
-    proc = start_server(tmp_path / "data", "--prefill-us-per-token", "1000")
+@pytest.fixture(scope="module")
+def receipt_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module, 1000 us per estimated token."""
+    proc = start_server(tmp_path_factory.mktemp("receipt"), "--prefill-us-per-token", "1000")
     try:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def server(receipt_server: ServerProcess) -> ServerProcess:
+    """The module's server with its data flushed and its counters zeroed."""
+    with receipt_server.client() as r:
+        r.execute_command("KV.PREFIX.DROP", "measured", "estimated", "leaf", "chain", "p")
+        assert r.execute_command("PION.STATS", "RESET") == b"OK"
+    return receipt_server
 
 
 def as_dict(reply: object) -> dict[str, object]:

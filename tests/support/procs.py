@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +57,8 @@ class ServerProcess:
 
 
 def start_server(data_dir: Path, *args: str, port: int | None = None, password: str | None = None,
-                 env: dict[str, str] | None = None, wait_s: float = 30.0) -> ServerProcess:
+                 env: dict[str, str] | None = None, wait_s: float = 30.0,
+                 preexec_fn: Callable[[], None] | None = None) -> ServerProcess:
     """Start ``python -m pion.server`` and wait until it answers PING."""
     port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -66,7 +68,8 @@ def start_server(data_dir: Path, *args: str, port: int | None = None, password: 
         cmd += ["--requirepass", password]
     full_env = {**os.environ, **(env or {})}
     log_file = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed by the OS
-    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=full_env,
+                            preexec_fn=preexec_fn)  # e.g. a resource limit for disk-full tests
     log_file.close()
     server = ServerProcess(port=port, data_dir=data_dir, proc=proc, log_path=log_path,
                            password=password, extra_args=list(args))

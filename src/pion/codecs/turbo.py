@@ -135,7 +135,7 @@ class TurboCodec:
         n = raw.shape[0]
         packed_bytes = kv_dim * self.bits // 8
         rms = raw[:, packed_bytes:].view("<f2").astype(np.float32).reshape(-1, 1)
-        levels = _unpack_levels(raw[:, :packed_bytes], self.bits).reshape(-1, GROUP_SIZE)
+        levels = _unpack_levels(raw[:, :packed_bytes], self.bits, kv_dim).reshape(-1, GROUP_SIZE)
         out = _rotate(levels, rotation_matrix())
         out *= rms
         return as_out_dtype(out.reshape(n, kv_dim), out_dtype)
@@ -199,7 +199,7 @@ def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
         word = np.zeros((n, kv_dim // 8), dtype="<u4")
         for k in range(8):
             word |= eights[:, :, k] << (3 * k)
-        return word.view(np.uint8).reshape(n, kv_dim // 8, 4)[:, :, :3].reshape(n, -1)
+        return word.view(np.uint8).reshape(n, kv_dim // 8, 4)[:, :, :3].reshape(n, kv_dim * 3 // 8)
     per_byte = 8 // bits
     chunks = codes.reshape(n, kv_dim // per_byte, per_byte)
     packed = chunks[:, :, 0].copy()
@@ -208,21 +208,21 @@ def _pack(codes: np.ndarray, bits: int) -> np.ndarray:
     return packed
 
 
-def _unpack_levels(packed: np.ndarray, bits: int) -> np.ndarray:
+def _unpack_levels(packed: np.ndarray, bits: int, kv_dim: int) -> np.ndarray:
     """Packed bytes [n, D*bits/8] -> float32 codebook levels [n, D] with table gathers."""
     n = packed.shape[0]
     table = _decode_table(bits)
     if bits == 3:
-        triples = packed.reshape(n, -1, 3)
+        triples = packed.reshape(n, kv_dim // 8, 3)
         word = triples[:, :, 0].astype(np.uint32)
         word |= triples[:, :, 1].astype(np.uint32) << 8
         word |= triples[:, :, 2].astype(np.uint32) << 16
         index = np.empty(word.shape + (2,), dtype=np.uint16)
         np.bitwise_and(word, 0xFFF, out=index[:, :, 0], casting="unsafe")
         np.right_shift(word, 12, out=index[:, :, 1], casting="unsafe")
-        return table[index].view(np.float32).reshape(n, -1)
+        return table[index].view(np.float32).reshape(n, kv_dim)
     chunks = packed.view("<u2") if bits == 4 else packed
-    return table[chunks].view(np.float32).reshape(n, -1)
+    return table[chunks].view(np.float32).reshape(n, kv_dim)
 
 
 class Turbo4Codec(TurboCodec):

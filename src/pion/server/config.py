@@ -48,6 +48,9 @@ class ServerConfig:
     client_output_buffer_limit: int = 1024**3  # bytes queued for a client that is not reading
     slowlog_log_slower_than_us: int = 10_000  # -1 disables the slow-command log
     hz: int = 10  # active-expiry cycles per second
+    appendfsync: str = "everysec"  # WAL fsync policy: always | everysec | no (Redis semantics)
+    wal_max_bytes: int = 1024**3  # a background snapshot starts when the WAL passes this
+    wal_repair: bool = False  # cut a damaged WAL at the damage instead of refusing to start
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -123,6 +126,12 @@ def _bool(key: str, text: str) -> bool:
     raise ConfigError(f"{key}: expected yes/no, got {text!r}")
 
 
+def _appendfsync(key: str, text: str) -> str:
+    if text.lower() not in ("always", "everysec", "no"):
+        raise ConfigError(f"{key}: must be one of always, everysec, no, got {text!r}")
+    return text.lower()
+
+
 def _workers(key: str, text: str) -> int:
     value = _int(1)(key, text)
     if value != 1:
@@ -169,6 +178,13 @@ OPTIONS: list[Option] = [
     Option(("--slowlog-log-slower-than",), "slowlog_log_slower_than_us", _int(-1),
            "log commands slower than this many microseconds (default 10000; -1 = off)"),
     Option(("--hz",), "hz", _int(1, 500), "active-expiry cycles per second (default 10)"),
+    Option(("--appendfsync",), "appendfsync", _appendfsync,
+           "WAL fsync policy: always (reply after fsync) | everysec (default) | no"),
+    Option(("--wal-max-bytes",), "wal_max_bytes", _positive_size,
+           "start a background snapshot when the WAL passes this size (default 1gb)"),
+    Option(("--wal-repair",), "wal_repair", _bool,
+           "at start-up, cut a damaged WAL at the damage (logging what is lost) instead of refusing",
+           is_switch=True),
 ]
 
 

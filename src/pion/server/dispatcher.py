@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ class _Entry:
     noauth: bool
     is_async: bool
     lname: str
+    is_write: bool = False
 
 
 def unknown_command_message(name: bytes, args: list[bytes]) -> str:
@@ -62,11 +63,14 @@ class Dispatcher:
             entry = _Entry(spec=spec, handler=spec.handler, arity=spec.arity,
                            noauth="noauth" in spec.flags,
                            is_async=inspect.iscoroutinefunction(spec.handler),
-                           lname=name.lower())
+                           lname=name.lower(), is_write="write" in spec.flags)
             self._lookup[name.upper().encode()] = entry
             self._lookup[name.lower().encode()] = entry
         self._auth_required = requirepass is not None
         self._slow_s = slowlog_us / 1e6 if slowlog_us >= 0 else float("inf")
+        # Set by the persistence family: after a write command, None (reply now) or an
+        # awaitable that completes once its WAL records are fsynced (appendfsync always).
+        self.write_barrier: Callable[[], Awaitable[None] | None] | None = None
 
     def execute(self, ctx: CommandContext, request: list[Any],
                 out: list[Any]) -> Coroutine[Any, Any, None] | None:
@@ -101,6 +105,10 @@ class Dispatcher:
         started = time.perf_counter()
         try:
             result = entry.handler(ctx, request[1:])
+            if entry.is_write and self.write_barrier is not None:
+                waiter = self.write_barrier()
+                if waiter is not None:
+                    return self._reply_after(waiter, result, ctx, out)
             encode_reply(result, client.protocol == 3, out)
         except CommandError as exc:
             out.append(encode_error(exc.code, exc.message))
@@ -122,6 +130,10 @@ class Dispatcher:
         started = time.perf_counter()
         try:
             result = await entry.handler(ctx, request[1:])
+            if entry.is_write and self.write_barrier is not None:
+                waiter = self.write_barrier()
+                if waiter is not None:
+                    await waiter
             encode_reply(result, ctx.client.protocol == 3, out)
         except CommandError as exc:
             out.append(encode_error(exc.code, exc.message))
@@ -131,6 +143,16 @@ class Dispatcher:
         elapsed = time.perf_counter() - started
         if elapsed > self._slow_s:
             self._log_slow(ctx, request, elapsed)
+
+    @staticmethod
+    async def _reply_after(waiter: Awaitable[None], result: Any, ctx: CommandContext,
+                           out: list[Any]) -> None:
+        """Encode a write's reply only once its WAL records are durable."""
+        try:
+            await waiter
+            encode_reply(result, ctx.client.protocol == 3, out)
+        except CommandError as exc:
+            out.append(encode_error(exc.code, exc.message))
 
     @staticmethod
     def _log_slow(ctx: CommandContext, request: list[Any], elapsed_s: float) -> None:

@@ -96,6 +96,7 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        self._check_output_limit()
         self._update_reading()
 
     def resume_writing(self) -> None:
@@ -171,14 +172,19 @@ class Connection(asyncio.Protocol):
         else:
             self.transport.writelines(out)
         out.clear()
-        if self.write_paused and self.output_limit:
-            buffered = self.transport.get_write_buffer_size()
-            if buffered > self.output_limit:
-                log.warning("closing client id=%d addr=%s: %d bytes of unsent replies exceed "
-                            "client-output-buffer-limit (%d)", self.client.client_id,
-                            self.client.addr, buffered, self.output_limit)
-                self.closing = True
-                self.transport.abort()
+        if self.write_paused:
+            self._check_output_limit()
+
+    def _check_output_limit(self) -> None:
+        if not self.output_limit or self.transport is None or self.closed:
+            return
+        buffered = self.transport.get_write_buffer_size()
+        if buffered > self.output_limit:
+            log.warning("closing client id=%d addr=%s: %d bytes of unsent replies exceed "
+                        "client-output-buffer-limit (%d)", self.client.client_id,
+                        self.client.addr, buffered, self.output_limit)
+            self.closing = True
+            self.transport.abort()
 
     def _start_async(self, pending: Coroutine[Any, Any, None]) -> None:
         self._flush()

@@ -80,6 +80,11 @@ def _cache_argument(model_class: type) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
+def cache_forward_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """``{"cache": cache}`` or ``{"past_key_values": cache}``, as this model's forward() expects."""
+    return {_cache_argument(type(model)): cache}
+
+
 @torch.inference_mode()
 def forward_logits(model: Any, ids: Sequence[int], cache: Any | None) -> tuple[torch.Tensor, Any]:
     """Run ``ids`` after whatever ``cache`` holds; returns (last-position logits [vocab] fp32, cache).
@@ -93,8 +98,7 @@ def forward_logits(model: Any, ids: Sequence[int], cache: Any | None) -> tuple[t
     if len(ids) == 0:
         raise ValueError("prompt is empty: give at least one token after the cached prefix")
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=model_device(model))
-    cache_kwarg = {_cache_argument(type(model)): cache}
-    out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **cache_kwarg)
+    out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **cache_forward_kwargs(model, cache))
     return out.logits[0, -1].float(), cache
 
 
@@ -119,7 +123,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     ids: set[int] = set()
     for source in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
         if isinstance(source, int):
@@ -151,7 +155,7 @@ def generate_steps(model: Any, tokenizer: Any, prompt: Prompt, prompt_cache: Any
     ids = encode_prompt(tokenizer, prompt)
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     generator = torch.Generator(device=model_device(model)).manual_seed(seed) if seed is not None else None
-    eos = _eos_ids(model, tokenizer)
+    eos = eos_ids(model, tokenizer)
     logits, cache = forward_logits(model, ids, prompt_cache)
     out_ids: list[int] = []
     emitted = ""

@@ -31,6 +31,7 @@ import numpy as np
 from pion.common.errors import CommandError, arity_error, clip_for_echo
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import CommandContext, ServerState
+from pion.server.receipt import receipt_of
 from pion.server.semantic.cache import DEFAULT_THRESHOLD, SemanticCacheStore
 from pion.server.semantic.embedder import MiniLMEmbedder
 
@@ -51,17 +52,23 @@ def shutdown(state: ServerState) -> None:
         embedder.close()
 
 
-def info(state: ServerState) -> dict[str, Any]:
+def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
+    """The INFO ``semantic`` section."""
     store = _store_of(state)
     embedder = _embedder_of(state)
-    return {
-        "semantic_caches": store.n_caches,
-        "semantic_entries": len(store),
-        "semantic_persisted": 0,
-        "embedder_model": "all-MiniLM-L6-v2",
-        "embedder_loaded": int(embedder.loaded),
-        "embedder_texts": embedder.texts_embedded,
-    }
+    return {"semantic": [
+        ("semantic_caches", store.n_caches),
+        ("semantic_entries", len(store)),
+        ("semantic_persisted", 0),
+        ("embedder_model", "all-MiniLM-L6-v2"),
+        ("embedder_loaded", int(embedder.loaded)),
+        ("embedder_texts", embedder.texts_embedded),
+    ]}
+
+
+def flushall(state: ServerState) -> None:
+    """FLUSHALL empties every semantic cache."""
+    _store_of(state).flush_all()
 
 
 def _store_of(state: ServerState) -> SemanticCacheStore:
@@ -189,9 +196,7 @@ async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] 
     if (problem := store.check_dim(cache, scope, len(vec))) is not None:
         raise CommandError(problem)
     found = store.lookup(cache, scope, vec, threshold)
-    receipt = ctx.server.components.get("receipt")
-    if receipt is not None:
-        receipt.record_semantic(found is not None)
+    receipt_of(ctx.server).record_semantic(found is not None)
     if found is None:
         return None
     entry, similarity = found

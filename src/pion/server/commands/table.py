@@ -27,6 +27,9 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.stats",
     "pion.server.commands.vstore",
     "pion.server.commands.kvprefix",
+    "pion.server.commands.semantic",
+    # Last: its setup() recovers the stores created above before clients are accepted.
+    "pion.server.commands.persist",
 )
 
 NOT_YET_WRITTEN: frozenset[str] = frozenset({

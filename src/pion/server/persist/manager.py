@@ -30,7 +30,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,9 +109,17 @@ class Persistence:
 
     async def sync_barrier(self) -> None:
         """Await durability of everything appended so far (``always``; no-op otherwise)."""
+        waiter = self.write_barrier()
+        if waiter is not None:
+            await waiter
+
+    def write_barrier(self) -> Awaitable[None] | None:
+        """For the dispatcher, after each write command: None when its reply may go out now,
+        else an awaitable that completes once the records are fsynced (group commit)."""
         wal = self.wal
-        if wal is not None and wal.policy == "always" and wal.synced_seq < wal.last_seq:
-            await wal.sync_barrier()
+        if wal is None or wal.policy != "always" or wal.synced_seq >= wal.last_seq:
+            return None
+        return wal.sync_barrier()
 
     @property
     def wal_bytes(self) -> int:

@@ -35,14 +35,13 @@ keyspace's own; extra fields are kept, so a newer writer can add some)::
     4  KV.PREFIX.REGISTER  ns s, kv_dim i, k_formats l[s], v_formats l[s], uniform t,
                            block_size i|n, hashes b|n (u64 LE), layers i|n
                            (PREFILL_MS is deliberately not persisted)
-    5  KV.PREFIX.DROP      ns s
+    5  KV.PREFIX.DROP      ns s (both sessions and the registration)
     6  SET                 key b, value b, expire_at_ms i|n (absolute unix ms)
     7  DEL                 keys l[b]
     8  EXPIRE              key b, expire_at_ms i|n (absolute unix ms; n = persist)
     9  FLUSHALL            (no fields)
-    10 EVICT               sids l[s]
-    11 OTHER               kind s + the journal's fields (a mutation kind this
-                           build does not know by name; replayed by kind)
+    10 EVICT               sids l[s] (LRU / maxmemory eviction; a K/V pair together)
+    11 V.FLUSH             (no fields: every V-store session and registration, FLUSHALL)
     127 SNAPSHOT.END       records i, begin_seq i, end_seq i (last record of a snapshot)
 
 Worked example: ``V.DROP`` of session ``"a"`` with seq 7 is 40 bytes::
@@ -94,7 +93,7 @@ class RecordType(enum.IntEnum):
     EXPIRE = 8
     FLUSHALL = 9
     EVICT = 10
-    OTHER = 11
+    V_FLUSH = 11
     SNAPSHOT_END = 127
 
 

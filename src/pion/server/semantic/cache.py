@@ -136,6 +136,12 @@ class SemanticCacheStore:
         self._mutated("flush", cache=cache)
         return len(named.entries)
 
+    def flush_all(self) -> int:
+        removed = len(self)
+        self._caches.clear()
+        self._mutated("flush_all")
+        return removed
+
     def info(self, cache: str) -> dict[str, Any]:
         named = self._caches.get(cache) or NamedCache(cache)
         return {

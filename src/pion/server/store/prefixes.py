@@ -9,6 +9,10 @@ Block table wire layout (KV.PREFIX.BLOCKS reply), all little-endian:
   [u32 block_size][u32 block_count][block_count x u64 hash, in token order]
 Example: block_size 64, hashes [1, 2] ->
   40 00 00 00 | 02 00 00 00 | 01 00.. (8 bytes) | 02 00.. (8 bytes)   (24 bytes)
+
+Membership bitmap (KV.PREFIX.MEMBERSHIP reply): ceil(K/8) bytes for K probes; probe i
+is bit ``i % 8`` (LSB first) of byte ``i // 8``. Example: table {1, 2}, probes
+[2, 9, 1] -> bits 1,0,1 -> one byte 0x05.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class LayerBuffer:
 
     def raw(self, start_id: int, end_id: int) -> memoryview:
         """Zero-copy view of encoded rows ``start_id .. end_id-1``."""
-        return memoryview(self._buf[start_id * self.row_bytes: end_id * self.row_bytes])
+        return self._buf[start_id * self.row_bytes: end_id * self.row_bytes].data
 
     def gather_raw(self, ids: list[int]) -> np.ndarray:
         """Encoded rows for arbitrary ids, in the order given (a copy)."""

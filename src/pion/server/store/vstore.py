@@ -86,7 +86,7 @@ def decode_output(codec: Codec, fmt: str, kv_dim: int, raw: memoryview, dtype: s
     except CodecError as e:
         raise CommandError(str(e)) from e
     flat = np.ascontiguousarray(rows, dtype=out_dtype).reshape(-1)
-    return memoryview(flat.view(np.uint8))
+    return flat.view(np.uint8).data
 
 
 class VStore:
@@ -319,7 +319,7 @@ class VStore:
             raise CommandError(f"token id {bad[0]} outside the {n_rows} rows of layer {layer} of '{sid}'")
         fmt = session.format_of(layer)
         buf = session.layer_buffer(layer)
-        raw = memoryview(buf.gather_raw(ids))
+        raw = buf.gather_raw(ids).data
         session.n_fetches += 1
         self.total_fetches += 1
         return decode_output(buf.codec, fmt, session.kv_dim, raw, dtype)

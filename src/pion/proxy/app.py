@@ -1,0 +1,86 @@
+"""pion-serve's HTTP surface (FastAPI): chat completions, models, health, stats, metrics.
+
+``make_app(config)`` builds everything from one ``ServeConfig``: a shared keep-alive
+``httpx.AsyncClient`` for the backend, the L1 cache client, counters. At start a
+background task warms the embedder (the server loads its model on first use) so the
+first real request does not pay for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response
+
+from pion.proxy.backends import make_backend
+from pion.proxy.backends.base import BackendHTTPError, BackendUnavailable, openai_error
+from pion.proxy.cache_client import SemanticCacheClient
+from pion.proxy.completions import ChatCompletions
+from pion.proxy.config import ServeConfig
+from pion.proxy.embedders import EmbedderChoice
+from pion.proxy.metrics import ServeStats
+
+
+def make_app(config: ServeConfig) -> FastAPI:
+    """The ASGI app for ``config``; resources live for the app's lifespan."""
+    state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        http = httpx.AsyncClient(timeout=httpx.Timeout(config.backend_timeout_s, connect=5.0),
+                                 limits=httpx.Limits(max_keepalive_connections=32, max_connections=256))
+        cache = SemanticCacheClient(config.pion_host, config.pion_port, config.pion_password,
+                                    config.cache_name, config.pion_retry_s)
+        embedder = EmbedderChoice(config, cache, http)
+        stats = ServeStats()
+        backend = make_backend(config.backend, config.backend_url, http)
+        state.update(http=http, cache=cache, embedder=embedder, stats=stats, backend=backend,
+                     chat=ChatCompletions(config, backend, cache, embedder, stats))
+        warm = asyncio.create_task(embedder.resolve()) if config.cache_active else None
+        try:
+            yield
+        finally:
+            if warm is not None:
+                warm.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await warm
+            await cache.close()
+            await http.aclose()
+
+    app = FastAPI(title="pion-serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        chat: ChatCompletions = state["chat"]
+        return await chat.handle(await request.body(), request.headers)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        try:
+            return JSONResponse(await state["backend"].models(request.headers))
+        except BackendUnavailable as exc:
+            return JSONResponse(openai_error(str(exc), "backend_unavailable"), status_code=502)
+        except BackendHTTPError as exc:
+            return JSONResponse(exc.payload, status_code=exc.status)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/stats")
+    async def stats() -> dict[str, Any]:
+        cache: SemanticCacheClient = state["cache"]
+        enabled = config.cache_active and await cache.ready()
+        return state["stats"].schema(backend=config.backend, model=config.model,
+                                     cache_enabled=enabled, embedder=state["embedder"].stats())
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(state["stats"].prometheus(), media_type="text/plain; version=0.0.4")
+
+    return app

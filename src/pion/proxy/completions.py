@@ -1,0 +1,234 @@
+"""POST /v1/chat/completions: L1 lookup -> guard -> backend -> store.
+
+Order of events for one request:
+  1. validate the body (400 on anything malformed), resolve the model;
+  2. cache policy (Cache-Control, body "cache", n > 1, last message must be user text);
+  3. L1 lookup in the request's scope; a hit must pass the guard (``guard.py``);
+  4. on a miss the backend answers; a completion finished by "stop" without tool calls
+     is stored before the reply goes out (streams: after the last chunk).
+Every reply carries ``x_pion`` and ``X-Pion-Cache: HIT | MISS | BYPASS``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from pion.proxy import guard
+from pion.proxy.backends.base import (Backend, BackendHTTPError, BackendUnavailable, completion_id,
+                                      make_chunk, make_completion, openai_error)
+from pion.proxy.cache_client import CacheHit, SemanticCacheClient
+from pion.proxy.config import ServeConfig
+from pion.proxy.embedders import EmbedderChoice
+from pion.proxy.metrics import ServeStats
+from pion.proxy.scope import CachePolicy, ScopeKey, cache_policy, last_user_text, scope_of, storable
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class BadRequest(Exception):
+    """The request body is not a valid chat-completions request."""
+
+
+def validate(raw: bytes) -> dict[str, Any]:
+    """Parse and check a request body; raises ``BadRequest`` with the reason."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' is required and must be a non-empty array")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise BadRequest(f"messages[{i}] must be an object with a 'role'")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise BadRequest("'stream' must be a boolean")
+    return body
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+@dataclass
+class Lookup:
+    """Cache state of one request once the lookup has run."""
+
+    scope: ScopeKey | None = None
+    text: str = ""
+    vector: Any = None
+    store: bool = False
+    ran: bool = False
+    hit: CacheHit | None = None
+    similarity: float | None = None
+
+    @property
+    def header(self) -> str:
+        return "HIT" if self.hit else ("MISS" if self.ran else "BYPASS")
+
+
+class ChatCompletions:
+    """The chat-completions pipeline, shared by all requests of one app."""
+
+    def __init__(self, config: ServeConfig, backend: Backend, cache: SemanticCacheClient,
+                 embedder: EmbedderChoice, stats: ServeStats) -> None:
+        self.config = config
+        self.backend = backend
+        self.cache = cache
+        self.embedder = embedder
+        self.stats = stats
+
+    async def handle(self, raw: bytes, headers: Mapping[str, str]) -> Response:
+        t0 = time.perf_counter()
+        try:
+            body = validate(raw)
+            model = self.config.model or body.get("model")
+            if not isinstance(model, str) or not model:
+                raise BadRequest("'model' is required")
+        except BadRequest as exc:
+            self.stats.record("error", _ms(t0))
+            return JSONResponse(openai_error(str(exc)), status_code=400)
+        policy = cache_policy(body, headers, self.config.cache_active)
+        body = {k: v for k, v in body.items() if k != "cache"} | {"model": model}
+        look = await self._lookup(body, policy, model)
+        if look.hit is not None:
+            return self._serve_hit(look.hit, look, model, bool(body.get("stream")), t0)
+        try:
+            if body.get("stream"):
+                return await self._stream_miss(body, headers, look, t0)
+            return await self._complete_miss(body, headers, look, t0)
+        except BackendUnavailable as exc:
+            self.stats.record("error", _ms(t0))
+            return JSONResponse(openai_error(str(exc), "backend_unavailable"), status_code=502,
+                                headers={"x-pion-cache": look.header})
+        except BackendHTTPError as exc:
+            self.stats.record("error", _ms(t0))
+            return JSONResponse(exc.payload, status_code=exc.status, headers={"x-pion-cache": look.header})
+
+    async def _lookup(self, body: dict[str, Any], policy: CachePolicy, model: str) -> Lookup:
+        look = Lookup()
+        if not (policy.lookup or policy.store) or not await self.cache.ready():
+            return look
+        usable, vector = await self.embedder.vector(last_user_text(body) or "")
+        if not usable:
+            return look
+        look.scope = scope_of(body, self.backend.name, model)
+        look.text, look.vector, look.store = last_user_text(body) or "", vector, policy.store
+        if not policy.lookup:
+            return look
+        hit = await self.cache.get(look.scope, look.text, self.config.cache_threshold, vector)
+        look.ran = self.cache.available
+        if hit is not None:
+            look.similarity = hit.similarity
+            self.stats.m_similarity.observe(hit.similarity)
+            verdict = guard.check(look.text, str(hit.meta.get("q", "")))
+            if self.config.guard_enabled and not verdict.ok:
+                self.stats.guard_rejections += 1
+                self.stats.m_guard.inc()
+            else:
+                look.hit = hit
+        if look.hit is None and look.ran:
+            self.stats.m_misses.inc()
+        return look
+
+    def _x_pion(self, source: str, t0: float, look: Lookup) -> dict[str, Any]:
+        x: dict[str, Any] = {"source": source, "latency_ms": _ms(t0)}
+        if look.similarity is not None:
+            x["similarity"] = round(look.similarity, 4)
+        return x
+
+    def _serve_hit(self, hit: CacheHit, look: Lookup, model: str, stream: bool, t0: float) -> Response:
+        content = str(hit.response.get("content", ""))
+        served_model = str(hit.response.get("model") or model)
+        headers = {"x-pion-cache": "HIT"}
+        if not stream:
+            completion = make_completion(served_model, content, "stop")
+            completion["x_pion"] = self._x_pion("l1_cache", t0, look)
+            self.stats.record("l1_cache", _ms(t0))
+            return JSONResponse(completion, headers=headers)
+        cid, created = completion_id(), int(time.time())
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield sse(make_chunk(cid, served_model, {"role": "assistant", "content": ""}, created=created))
+            yield sse(make_chunk(cid, served_model, {"content": content}, created=created))
+            last = make_chunk(cid, served_model, {}, "stop", created=created)
+            last["x_pion"] = self._x_pion("l1_cache", t0, look)
+            self.stats.record("l1_cache", _ms(t0))
+            yield sse(last)
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(chunks(), media_type="text/event-stream", headers=SSE_HEADERS | headers)
+
+    async def _store(self, look: Lookup, content: str, model: str) -> None:
+        if look.store and look.scope is not None:
+            await self.cache.set(look.scope, look.text, {"content": content, "model": model},
+                                 {"q": look.text, "created": int(time.time())},
+                                 self.config.cache_ttl_s, look.vector)
+
+    async def _complete_miss(self, body: dict[str, Any], headers: Mapping[str, str], look: Lookup,
+                             t0: float) -> Response:
+        tb = time.perf_counter()
+        completion = await self.backend.complete(body, headers)
+        self.stats.m_backend.labels(backend=self.backend.name).observe(time.perf_counter() - tb)
+        if (content := storable(completion)) is not None:
+            await self._store(look, content, str(completion.get("model") or body["model"]))
+        completion["x_pion"] = self._x_pion("full_inference", t0, look)
+        self.stats.record("full_inference", _ms(t0))
+        return JSONResponse(completion, headers={"x-pion-cache": look.header})
+
+    async def _stream_miss(self, body: dict[str, Any], headers: Mapping[str, str], look: Lookup,
+                           t0: float) -> Response:
+        tb = time.perf_counter()
+        upstream = self.backend.stream(body, headers)
+        try:
+            first = await upstream.__anext__()
+        except StopAsyncIteration:
+            raise BackendHTTPError(502, openai_error("backend closed the stream without data",
+                                                     "backend_error")) from None
+
+        async def chunks() -> AsyncIterator[bytes]:
+            parts: list[str] = []
+            finish: str | None = None
+            tool_calls = False
+            model = str(first.get("model") or body["model"])
+            try:
+                chunk: dict[str, Any] | None = first
+                while chunk is not None:
+                    for choice in chunk.get("choices") or []:
+                        delta = choice.get("delta") or {}
+                        if isinstance(delta.get("content"), str):
+                            parts.append(delta["content"])
+                        tool_calls = tool_calls or bool(delta.get("tool_calls") or delta.get("function_call"))
+                        finish = choice.get("finish_reason") or finish
+                    if finish is not None and any(c.get("finish_reason") for c in chunk.get("choices") or []):
+                        chunk = {**chunk, "x_pion": self._x_pion("full_inference", t0, look)}
+                    yield sse(chunk)
+                    chunk = await anext(upstream, None)
+            except (BackendHTTPError, BackendUnavailable) as exc:
+                payload = exc.payload if isinstance(exc, BackendHTTPError) else openai_error(str(exc))
+                self.stats.record("error", _ms(t0))
+                yield sse(payload)
+                return
+            finally:
+                await upstream.aclose()
+            self.stats.m_backend.labels(backend=self.backend.name).observe(time.perf_counter() - tb)
+            text = "".join(parts)
+            if finish == "stop" and not tool_calls and text:
+                await self._store(look, text, model)
+            self.stats.record("full_inference", _ms(t0))
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(chunks(), media_type="text/event-stream",
+                                 headers=SSE_HEADERS | {"x-pion-cache": look.header})
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)

@@ -1,0 +1,124 @@
+"""Persistence commands and start-up recovery.
+
+  KV.PREFIX.SAVE [path]  -> +OK   snapshot to pion.vstore.<worker> (or a relative path inside --dir)
+  SAVE                   -> +OK   the same, default path (Redis's name)
+  BGSAVE                 -> +Background saving started   (snapshot without blocking other clients)
+  LASTSAVE               -> :<unix time of the last successful snapshot>
+
+``setup(state)`` runs after the store families (last in the table's module list):
+it recovers the V-store and keyspace from ``--dir`` before the listener opens,
+then attaches the journals (every mutation is logged before it is applied) and
+the dispatcher's write barrier (``--appendfsync always`` replies after fsync).
+A damaged data directory stops start-up with the recovery error's message.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from pion.common.errors import CommandError, clip_for_echo
+from pion.server.commands.spec import CommandSpec
+from pion.server.persist import PersistOptions, Persistence, RecoveryError
+from pion.server.persist.binding import (
+    KEYSPACE_KINDS,
+    VSTORE_KINDS,
+    StoreJournal,
+    expired_key_delete,
+    make_sink,
+    snapshot_records,
+)
+from pion.server.persist.wal import FsyncPolicy
+from pion.server.resp.replies import OK, SimpleString
+
+if TYPE_CHECKING:
+    from pion.server.context import CommandContext, ServerState
+
+COMPONENT = "persist"
+WORKER_ID = 0  # one worker per process in this build; -w N gives each worker its own files
+log = logging.getLogger("pion.persist")
+
+
+def persist_of(state: ServerState) -> Persistence:
+    persist: Persistence | None = state.components.get(COMPONENT)
+    if persist is None:
+        raise CommandError("persistence is not running")
+    return persist
+
+
+def cmd_kvprefix_save(ctx: CommandContext, args: list[bytes]) -> object:
+    if len(args) > 1:
+        raise CommandError("syntax error: KV.PREFIX.SAVE takes at most one path")
+    path = None
+    if args:
+        try:
+            path = args[0].decode()
+        except UnicodeDecodeError:
+            raise CommandError(f"snapshot path is not valid UTF-8: '{clip_for_echo(args[0])}'") from None
+    persist_of(ctx.server).save(path)
+    return OK
+
+
+def cmd_persist_save(ctx: CommandContext, args: list[bytes]) -> object:
+    persist_of(ctx.server).save()
+    return OK
+
+
+def cmd_persist_bgsave(ctx: CommandContext, args: list[bytes]) -> object:
+    if args:
+        raise CommandError("syntax error: BGSAVE takes no arguments in this build")
+    persist_of(ctx.server).start_bgsave()
+    return SimpleString("Background saving started")
+
+
+def cmd_persist_lastsave(ctx: CommandContext, args: list[bytes]) -> object:
+    return persist_of(ctx.server).last_save_unix
+
+
+def setup(state: ServerState) -> None:
+    """Recover from --dir, then log every mutation from now on."""
+    config = state.config
+    vstore = state.components.get("vstore")
+    keyspace = state.components.get("keyspace")
+    policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
+    persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
+                                         config.wal_repair))
+    try:
+        persist.recover(make_sink(vstore, keyspace))
+    except RecoveryError as e:
+        log.error("%s", e)
+        raise SystemExit(1) from None
+    if vstore is not None:
+        vstore.journal = StoreJournal(persist, VSTORE_KINDS, "V-store")
+    if keyspace is not None:
+        keyspace.journal = StoreJournal(persist, KEYSPACE_KINDS, "keyspace", skip=expired_key_delete(keyspace))
+    persist.set_snapshot_source(lambda: snapshot_records(vstore, keyspace))
+    server = state.components.get("server")
+    if server is not None:
+        server.dispatcher.write_barrier = persist.write_barrier
+    state.components[COMPONENT] = persist
+    log.info("persistence: data in %s, appendfsync %s, WAL %d bytes", config.data_dir, policy, persist.wal_bytes)
+
+
+def shutdown(state: ServerState) -> None:
+    persist = state.components.pop(COMPONENT, None)
+    if persist is not None:
+        persist.close()
+
+
+def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
+    persist = state.components.get(COMPONENT)
+    if persist is None:
+        return {}
+    return {"Persistence": [("loading", 0), *persist.info().items()]}
+
+
+_ADMIN = frozenset({"admin"})
+COMMANDS: list[CommandSpec] = [
+    CommandSpec("KV.PREFIX.SAVE", -1, cmd_kvprefix_save, _ADMIN,
+                "snapshot the V-store and keyspace, then truncate the WAL"),
+    CommandSpec("SAVE", 1, cmd_persist_save, _ADMIN, "Synchronously save the dataset to disk"),
+    CommandSpec("BGSAVE", -1, cmd_persist_bgsave, _ADMIN, "Asynchronously save the dataset to disk"),
+    CommandSpec("LASTSAVE", 1, cmd_persist_lastsave, frozenset({"fast"}),
+                "Unix time of the last successful save"),
+]

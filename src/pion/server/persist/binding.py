@@ -1,0 +1,172 @@
+"""How the V-store and the keyspace are logged, replayed and snapshotted.
+
+Three adapters between the stores' own vocabulary and records:
+
+* ``StoreJournal`` — the ``journal`` object a store calls as
+  ``record(kind, fields)`` before each mutation; it appends one record to the
+  WAL (raising CommandError(MISCONF) aborts the mutation).
+* ``make_sink`` — the recovery sink: applies a record to the stores through
+  their ordinary methods while their journals are detached.
+* ``snapshot_records`` — walks both stores and yields the records that rebuild
+  them (used by SAVE and BGSAVE).
+
+PREFILL_MS is deliberately not persisted (spec): a restarted server credits
+hits on such a prefix with the per-token estimate. Expiry deletions of keys are
+not logged either: SET/EXPIRE carry absolute deadlines, so a replayed key whose
+deadline has passed expires on its own (and a GET of an expired key keeps
+working while the WAL is in MISCONF).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pion.common.errors import CommandError
+from pion.common.ids import K_SUFFIX, V_SUFFIX
+from pion.server.persist.records import RecordType
+
+if TYPE_CHECKING:
+    from pion.server.persist.manager import Persistence
+    from pion.server.store.keyspace import Keyspace
+    from pion.server.store.vstore import VStore
+
+VSTORE_KINDS: dict[str, RecordType] = {
+    "create": RecordType.V_CREATE,
+    "store": RecordType.V_STOREBATCH,
+    "drop": RecordType.V_DROP,
+    "register": RecordType.KV_PREFIX_REGISTER,
+    "prefix_drop": RecordType.KV_PREFIX_DROP,
+    "evict": RecordType.EVICT,
+    "flush": RecordType.V_FLUSH,
+}
+KEYSPACE_KINDS: dict[str, RecordType] = {
+    "set": RecordType.SET,
+    "del": RecordType.DEL,
+    "expire": RecordType.EXPIRE,
+    "flush": RecordType.FLUSHALL,
+}
+NOT_PERSISTED = frozenset({"prefill_ms"})
+SNAPSHOT_CHUNK_BYTES = 4 * 1024**2
+
+
+class StoreJournal:
+    """A store's journal: every mutation becomes one WAL record before it is applied."""
+
+    def __init__(self, persist: Persistence, kinds: Mapping[str, RecordType], store_name: str,
+                 skip: Callable[[str, Mapping[str, Any]], bool] | None = None) -> None:
+        self._append = persist.append
+        self._kinds = kinds
+        self._store_name = store_name
+        self._skip = skip
+
+    def record(self, kind: str, fields: Mapping[str, Any]) -> None:
+        rtype = self._kinds.get(kind)
+        if rtype is None:  # a mutation we cannot log must not happen silently
+            raise CommandError(f"the {self._store_name} mutation '{kind}' cannot be written to the WAL "
+                               "by this build; refused so nothing unlogged is acknowledged")
+        if self._skip is not None and self._skip(kind, fields):
+            return
+        if NOT_PERSISTED.intersection(fields):
+            fields = {k: v for k, v in fields.items() if k not in NOT_PERSISTED}
+        self._append(rtype, fields)
+
+
+def expired_key_delete(keyspace: Keyspace) -> Callable[[str, Mapping[str, Any]], bool]:
+    """True for the keyspace's 'del' of keys whose absolute deadline has passed."""
+    from pion.server.store.keyspace import now_ms
+
+    def skip(kind: str, fields: Mapping[str, Any]) -> bool:
+        if kind != "del":
+            return False
+        now = now_ms()
+        for key in fields["keys"]:
+            deadline = keyspace.expire_at_ms(key)
+            if deadline is None or deadline > now:
+                return False
+        return True
+    return skip
+
+
+def _b(value: Any) -> bytes:
+    return bytes(value) if isinstance(value, memoryview) else value
+
+
+def make_sink(vstore: VStore | None, keyspace: Keyspace | None) -> Callable[[int, dict[str, Any]], None]:
+    """The recovery sink: one record -> the store method that made it."""
+
+    def sink(rtype: int, f: dict[str, Any]) -> None:
+        if rtype == RecordType.V_STOREBATCH and vstore is not None:
+            vstore.store_rows(f["sid"], f["layer"], f["start_id"], f["rows"], dtype="raw")
+        elif rtype == RecordType.SET and keyspace is not None:
+            keyspace.set(_b(f["key"]), _b(f["value"]), f["expire_at_ms"])
+        elif rtype == RecordType.V_CREATE and vstore is not None:
+            vstore.create_session(f["sid"], f["kv_dim"], tuple(f["formats"]), bool(f["uniform"]))
+        elif rtype == RecordType.V_DROP and vstore is not None:
+            vstore.drop([f["sid"]])
+        elif rtype == RecordType.KV_PREFIX_REGISTER and vstore is not None:
+            hashes = f.get("hashes")
+            vstore.register_prefix(f["ns"], f["kv_dim"], tuple(f["k_formats"]), tuple(f["v_formats"]),
+                                   bool(f["uniform"]), block_size=f.get("block_size"),
+                                   hashes=None if hashes is None else bytes(hashes), layers=f.get("layers"))
+        elif rtype == RecordType.KV_PREFIX_DROP and vstore is not None:
+            vstore.drop_prefixes([f["ns"]])
+        elif rtype == RecordType.EVICT and vstore is not None:
+            vstore.evict_sessions(list(f["sids"]))
+        elif rtype == RecordType.V_FLUSH and vstore is not None:
+            vstore.flush()
+        elif rtype == RecordType.DEL and keyspace is not None:
+            keyspace.delete([_b(k) for k in f["keys"]])
+        elif rtype == RecordType.EXPIRE and keyspace is not None:
+            keyspace.expire(_b(f["key"]), f["expire_at_ms"])
+        elif rtype == RecordType.FLUSHALL and keyspace is not None:
+            keyspace.flush()
+        else:
+            raise ValueError(f"no store takes records of type {rtype}")
+    return sink
+
+
+def _namespace_of(sid: str) -> str | None:
+    for suffix in (K_SUFFIX, V_SUFFIX):
+        if sid.endswith(suffix):
+            return sid[: -len(suffix)]
+    return None
+
+
+def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None
+                     ) -> Iterator[tuple[RecordType, dict[str, Any]]]:
+    """Records that rebuild both stores, read lazily so a BGSAVE sees a live store.
+
+    Sessions come least recently used first (so LRU order survives a reload); a
+    prefix's registration follows its first session; rows go in chunks of at most
+    4 MiB, straight from the layer buffers (no copy here).
+    """
+    if vstore is not None:
+        registered: set[str] = set()
+        for session in vstore.iter_sessions():
+            if vstore.get(session.sid) is not session:
+                continue  # dropped while a background snapshot was walking the store
+            yield RecordType.V_CREATE, {"sid": session.sid, "kv_dim": session.kv_dim,
+                                        "formats": session.formats, "uniform": session.uniform}
+            ns = _namespace_of(session.sid)
+            entry = vstore.prefix(ns) if ns is not None else None
+            if entry is not None and ns not in registered:
+                registered.add(entry.ns)
+                blocks = entry.blocks
+                yield RecordType.KV_PREFIX_REGISTER, {
+                    "ns": entry.ns, "kv_dim": entry.kv_dim, "k_formats": entry.k_formats,
+                    "v_formats": entry.v_formats, "uniform": entry.uniform,
+                    "block_size": None if blocks is None else blocks.block_size,
+                    "hashes": None if blocks is None else blocks.blob, "layers": entry.layers}
+            for layer, buf in sorted(session.layers.items()):
+                n_rows = buf.n_rows
+                step = max(1, SNAPSHOT_CHUNK_BYTES // buf.row_bytes)
+                for start in range(0, n_rows, step):
+                    end = min(n_rows, start + step, buf.n_rows)
+                    if end <= start:
+                        break
+                    yield RecordType.V_STOREBATCH, {"sid": session.sid, "layer": layer, "start_id": start,
+                                                    "n_rows": end - start, "rows": buf.raw(start, end)}
+    if keyspace is not None:
+        for key, value, deadline in list(keyspace.items()):
+            yield RecordType.SET, {"key": key, "value": value, "expire_at_ms": deadline}
