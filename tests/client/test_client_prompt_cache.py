@@ -16,7 +16,7 @@ import torch
 
 from client_prompts import QUESTIONS, SYSTEM_PROMPTS, greedy_agreement, system_turn, user_turn
 from pion import PionClient, PionPromptCache, generate
-from pion.client.runtimes.transformers_runtime import encode_prompt, eos_ids, forward_logits, generate_ids, prefill
+from pion.client.runtimes.transformers_runtime import cache_forward_kwargs, encode_prompt, eos_ids, forward_logits, generate_ids, prefill
 from support.procs import ServerProcess, free_port
 
 N_TOKENS = 50
@@ -104,15 +104,15 @@ def test_a_restored_cache_works_with_transformers_generate(smollm: tuple[Any, An
         pc.get_or_prefill(prefix)
         warm = pc.get_or_prefill(prefix)
     ids = torch.tensor([prefix + suffix])
-    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=warm,
-                         max_new_tokens=10, do_sample=False)
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
+                         **cache_forward_kwargs(model, warm))
     assert out[0, len(prefix) + len(suffix):].tolist() == uncached[2][:10]
 
 
 def test_the_prefix_registers_its_block_table_and_layer_count(smollm: tuple[Any, Any],
                                                                shared_pion_server: ServerProcess) -> None:
     model, tok = smollm
-    prefix = encode_prompt(tok, system_turn(" ".join(SYSTEM_PROMPTS)))
+    prefix = encode_prompt(tok, system_turn(" ".join(SYSTEM_PROMPTS * 2)))
     with PionPromptCache(model, port=shared_pion_server.port) as pc:
         ns = pc.namespace_for(prefix)
         pc.get_or_prefill(prefix)
@@ -123,9 +123,11 @@ def test_the_prefix_registers_its_block_table_and_layer_count(smollm: tuple[Any,
 
 _CROSS_INSTANCE_READER = """
 import json, sys
+import torch
 from pion import PionPromptCache, load_model
 from pion.client.runtimes.transformers_runtime import generate_ids
 port, ns, prefix, suffix = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+torch.set_num_threads(1)
 model, tok = load_model(device="cpu")
 pc = PionPromptCache(model, vquant="fp32", port=port)
 hit_before = pc.lookup(ns)
@@ -239,10 +241,17 @@ def _next_token_logprobs(model: Any, suffix: Sequence[int], cache: Any) -> torch
     return torch.log_softmax(forward_logits(model, suffix, cache)[0], dim=-1)
 
 
-@pytest.mark.parametrize(("vquant", "boundary_protect"),
-                         [("int8", 0), ("fp8", 0), ("turbo4", 0), ("mlx4g32", 0), ("fp8", 2), ("mlx4g32", 2)])
+@pytest.fixture(scope="module")
+def reference_logprobs(smollm: tuple[Any, Any]) -> list[torch.Tensor]:
+    """Next-token log-probabilities after each prompt, from a local fp32 prefill."""
+    model, tok = smollm
+    return [_next_token_logprobs(model, _prompt(tok, i)[1], prefill(model, _prompt(tok, i)[0])) for i in range(5)]
+
+
+@pytest.mark.parametrize(("vquant", "boundary_protect"), [("int8", 0), ("turbo4", 0), ("mlx4g32", 0), ("fp8", 2)])
 def test_quantized_formats_keep_the_next_token_distribution(
-        smollm: tuple[Any, Any], shared_pion_server: ServerProcess, vquant: str, boundary_protect: int) -> None:
+        smollm: tuple[Any, Any], shared_pion_server: ServerProcess, reference_logprobs: list[torch.Tensor],
+        vquant: str, boundary_protect: int) -> None:
     model, tok = smollm
     agree, kls = 0, []
     with PionPromptCache(model, vquant=vquant, boundary_protect=boundary_protect,
@@ -251,7 +260,7 @@ def test_quantized_formats_keep_the_next_token_distribution(
             prefix, suffix = _prompt(tok, i)
             pc.get_or_prefill(prefix)
             warm = pc.get_or_prefill(prefix)
-            ref = _next_token_logprobs(model, suffix, prefill(model, prefix))
+            ref = reference_logprobs[i]
             got = _next_token_logprobs(model, suffix, warm)
             agree += int(torch.argmax(ref) == torch.argmax(got))
             kls.append(float(torch.sum(ref.exp() * (ref - got))))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from codec_bounds import fp8_bound, int8_bound, mlx4g32_bound
@@ -18,6 +20,8 @@ GROUPED = ["fp8", "turbo4", "turbo3", "turbo2", "mlx4g32"]
 ALL = ["fp32", "fp16", *QUANTIZED]
 BOUNDS = {"int8": int8_bound, "fp8": fp8_bound, "mlx4g32": mlx4g32_bound}
 LLOYD_MAX_MSE = {4: 0.009501, 3: 0.034548, 2: 0.117482}
+# real post-RoPE K and V of SmolLM2-135M (benchmarks/capture_kv_fixture.py)
+REAL_KV = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "smollm2_kv_1k.npz"
 
 
 def gaussian_rows(n: int, kv_dim: int, seed: int = 0, sigma: float = 1.0) -> np.ndarray:
@@ -56,11 +60,11 @@ def test_fp32_round_trip_is_bit_exact() -> None:
 
 def test_fp16_round_trip_equals_numpy_half_conversion_and_saturates() -> None:
     rows = gaussian_rows(5, 20, sigma=100.0)
-    rows[1, :3] = [70000.0, -1e9, 65519.0]
+    rows[1, :4] = [70000.0, -1e9, 65519.0, 65520.0]
     decoded = roundtrip("fp16", rows)
     expected = np.clip(rows, -65504, 65504).astype(np.float16).astype(np.float32)
     assert decoded.tobytes() == expected.tobytes()
-    assert decoded[1, :3].tolist() == [65504.0, -65504.0, 65504.0]
+    assert decoded[1, :4].tolist() == [65504.0, -65504.0, 65504.0, 65504.0]
 
 
 @pytest.mark.parametrize("name", ["int8", "fp8", "mlx4g32"])
@@ -224,3 +228,22 @@ def test_hypothesis_turbo_picks_nearest_levels_for_any_shape(rows: np.ndarray, b
 def test_hypothesis_fp32_and_fp16_round_trip_for_any_shape(rows: np.ndarray) -> None:
     assert roundtrip("fp32", rows).tobytes() == rows.tobytes()
     assert roundtrip("fp16", rows).tolist() == rows.astype(np.float16).astype(np.float32).tolist()
+
+
+@pytest.fixture(scope="module")
+def real_kv() -> dict[str, np.ndarray]:
+    """Every 4th row of the fixture's K and V (1280 rows each, D = 192)."""
+    data = np.load(REAL_KV)
+    return {side: data[side].astype(np.float32).reshape(-1, 192)[::4].copy() for side in ("k", "v")}
+
+
+@pytest.mark.parametrize("side", ["k", "v"])
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_real_smollm2_k_and_v_round_trip_within_each_formats_guarantee(
+        real_kv: dict[str, np.ndarray], side: str, name: str) -> None:
+    rows = real_kv[side]
+    decoded = roundtrip(name, rows)
+    if name.startswith("turbo"):
+        assert_turbo_codes_are_nearest_levels(rows, decoded, int(name[-1]))
+    else:
+        assert (np.abs(decoded.astype(np.float64) - rows) <= BOUNDS[name](rows)).all()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from conftest import ProxyProcess, pion_args, start_proxy, wait_for_embedder
+from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_embedder
 from support.fake_backends import FakeBackend, running
 from support.procs import ServerProcess
 

@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import ProxyProcess, pion_args, start_proxy, wait_for_embedder
+from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_embedder
 from support.fake_backends import FakeBackend
 from support.procs import ServerProcess, free_port, start_server
 

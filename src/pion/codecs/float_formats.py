@@ -53,10 +53,14 @@ class Float16Codec:
 
     def encode(self, rows: npt.NDArray[np.float32]) -> bytes:
         rows32 = input_rows(rows, self)
-        # clip keeps NaN and +/-Inf as they are; only finite overflow saturates.
-        finite = np.isfinite(rows32)
-        clipped = np.where(finite, np.clip(rows32, -FP16_MAX, FP16_MAX), rows32)
-        return clipped.astype("<f2").tobytes()
+        with np.errstate(over="ignore"):
+            half = rows32.astype("<f2")
+        overflowed = np.isinf(half)
+        if overflowed.any():
+            # only finite overflow saturates; +/-Inf input stays Inf (NaN is kept by the cast)
+            overflowed &= np.isfinite(rows32)
+            half[overflowed] = np.copysign(FP16_MAX, rows32[overflowed])
+        return half.tobytes()
 
     def decode(self, data: bytes | memoryview, kv_dim: int, out_dtype: npt.DTypeLike = np.float32) -> np.ndarray:
         self.check_dim(kv_dim)

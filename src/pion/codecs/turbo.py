@@ -80,7 +80,8 @@ def rotation_matrix() -> np.ndarray:
     while h.shape[0] < GROUP_SIZE:
         h = np.block([[h, h], [h, -h]])
     signs = np.array([-1.0 if SIGN_MASK >> i & 1 else 1.0 for i in range(GROUP_SIZE)])
-    return (h * signs[None, :] / np.sqrt(GROUP_SIZE)).astype(np.float32)
+    matrix: np.ndarray = (h * signs[None, :] / np.sqrt(GROUP_SIZE)).astype(np.float32)
+    return matrix
 
 
 @cache
@@ -220,9 +221,10 @@ def _unpack_levels(packed: np.ndarray, bits: int, kv_dim: int) -> np.ndarray:
         index = np.empty(word.shape + (2,), dtype=np.uint16)
         np.bitwise_and(word, 0xFFF, out=index[:, :, 0], casting="unsafe")
         np.right_shift(word, 12, out=index[:, :, 1], casting="unsafe")
-        return table[index].view(np.float32).reshape(n, kv_dim)
-    chunks = packed.view("<u2") if bits == 4 else packed
-    return table[chunks].view(np.float32).reshape(n, kv_dim)
+    else:
+        index = packed.view("<u2") if bits == 4 else packed
+    levels: np.ndarray = table[index].view(np.float32).reshape(n, kv_dim)
+    return levels
 
 
 class Turbo4Codec(TurboCodec):

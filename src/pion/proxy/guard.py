@@ -31,14 +31,14 @@ _TOKEN = re.compile(r"[a-z0-9]+(?:[.][0-9]+)*")
 _NEGATORS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor",
                        "without", "nowhere"})
 _NEG_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non")
-_ANTONYMS = frozenset(frozenset(p) for p in [
+_ANTONYM_WORDS = [
     ("open", "closed"), ("open", "close"), ("enable", "disable"), ("positive", "negative"),
     ("include", "exclude"), ("allow", "forbid"), ("accept", "reject"), ("increase", "decrease"),
     ("before", "after"), ("more", "less"), ("maximum", "minimum"), ("max", "min"),
     ("high", "low"), ("early", "late"), ("buy", "sell"), ("add", "remove"), ("win", "lose"),
     ("upload", "download"), ("import", "export"), ("true", "false"), ("on", "off"),
     ("connect", "disconnect"), ("lock", "unlock"), ("start", "stop"), ("arrive", "depart"),
-])
+]
 
 _NUMBER_WORDS = {
     "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
@@ -146,6 +146,9 @@ def _stem(word: str) -> str:
     return word
 
 
+_ANTONYMS = frozenset(frozenset((_stem(a), _stem(b))) for a, b in _ANTONYM_WORDS)
+
+
 def extract(text: str) -> QuestionFacts:
     """The numbers, time expressions, negation count and content stems of ``text``."""
     tokens = _tokens(text)
@@ -156,7 +159,7 @@ def extract(text: str) -> QuestionFacts:
     for i, tok in enumerate(tokens):
         prev = tokens[i - 1] if i else ""
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
-        near_digit = any(c.isdigit() for c in prev + nxt)
+        near_digit = any(c.isdigit() for c in "".join(tokens[max(0, i - 2): i + 3]))
         if any(c.isdigit() for c in tok):
             m = _ORDINAL_DIGITS.match(tok)
             numbers.append(m.group(1) if m else tok)

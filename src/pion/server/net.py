@@ -176,7 +176,7 @@ class Connection(asyncio.Protocol):
             self._check_output_limit()
 
     def _check_output_limit(self) -> None:
-        if not self.output_limit or self.transport is None or self.closed:
+        if not self.output_limit or self.transport is None or self.closed or self.closing:
             return
         buffered = self.transport.get_write_buffer_size()
         if buffered > self.output_limit:

@@ -261,6 +261,7 @@ class Persistence:
             "wal_last_seq": wal.last_seq if wal else 0,
             "wal_synced_seq": wal.synced_seq if wal else 0,
             "wal_fsyncs": wal.fsyncs if wal else 0,
+            "wal_fsync_seconds": round(wal.fsync_seconds, 3) if wal else 0.0,
             "wal_write_errors": wal.write_errors if wal else 0,
             "wal_last_write_status": "ok" if wal is None or wal.misconf is None else "err",
             "bgsave_in_progress": int(self.bgsave_in_progress),

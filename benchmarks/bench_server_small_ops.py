@@ -1,0 +1,131 @@
+"""Small-command throughput and server CPU per request: pion-server vs Debian's redis-server.
+
+Runs both servers side by side on free loopback ports, then for each server drives
+``redis-benchmark -t <test> -n N -d 3`` with and without ``-P 16``, one test at a time, and
+reads the server's CPU time (utime + stime from ``/proc/<pid>/stat``) before and after, so
+
+    CPU us/request = (CPU seconds used during the run) / (requests in the run) * 1e6
+
+On a 2-core machine redis-benchmark itself saturates a core, so ops/s partly measures the
+client; CPU per request is the robust comparison. Prints a markdown table with ratios.
+
+    .venv/bin/python benchmarks/bench_server_small_ops.py [-n 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TESTS = ("ping", "set", "get")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for_ping(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(100) == b"+PONG\r\n":
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing answered PING on port {port}")
+
+
+@dataclass
+class Row:
+    server: str
+    test: str
+    pipeline: int
+    rps: float
+    cpu_us_per_req: float
+
+
+def run_one(server: str, pid: int, port: int, test: str, n: int, pipeline: int) -> list[Row]:
+    cmd = ["redis-benchmark", "-p", str(port), "-t", test, "-n", str(n), "-d", "3", "--csv",
+           "-c", "50"]
+    if pipeline > 1:
+        cmd += ["-P", str(pipeline)]
+    before = cpu_seconds(pid)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    used = cpu_seconds(pid) - before
+    rows = [r for r in csv.reader(io.StringIO(out)) if r and r[0] != "test"]
+    total_requests = n * len(rows)  # "-t ping" runs PING_INLINE and PING_MBULK
+    per_req = used / total_requests * 1e6
+    return [Row(server, r[0], pipeline, float(r[1]), per_req) for r in rows]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-n", type=int, default=200_000, help="requests per test")
+    args = parser.parse_args()
+    for tool in ("redis-server", "redis-benchmark"):
+        if shutil.which(tool) is None:
+            print(f"{tool} not found: apt-get install redis-server redis-tools", file=sys.stderr)
+            return 2
+    tmp = Path(tempfile.mkdtemp(prefix="bench-small-"))
+    redis_port, pion_port = free_port(), free_port()
+    procs = {
+        "redis": subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind",
+                                   "127.0.0.1", "--save", "", "--appendonly", "no",
+                                   "--dir", str(tmp)], stdout=subprocess.DEVNULL),
+        "pion": subprocess.Popen([sys.executable, "-m", "pion.server", "--port", str(pion_port),
+                                  "--dir", str(tmp / "pion-data")], stdout=subprocess.DEVNULL),
+    }
+    ports = {"redis": redis_port, "pion": pion_port}
+    rows: list[Row] = []
+    try:
+        for name, port in ports.items():
+            wait_for_ping(port)
+        for pipeline in (1, 16):
+            for test in TESTS:
+                for name, port in ports.items():  # interleave so drift hits both alike
+                    rows += run_one(name, procs[name].pid, port, test, args.n, pipeline)
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    by_key = {(r.server, r.test, r.pipeline): r for r in rows}
+    print(f"redis-benchmark -n {args.n} -d 3 -c 50, one test per run; "
+          f"CPU from /proc/<pid>/stat (utime+stime)\n")
+    print("| test | -P | Redis ops/s | Pion ops/s | ops ratio | Redis CPU µs/req | "
+          "Pion CPU µs/req | CPU ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (server, test, pipeline), redis_row in by_key.items():
+        if server != "redis":
+            continue
+        pion_row = by_key[("pion", test, pipeline)]
+        print(f"| {test} | {pipeline} | {redis_row.rps:,.0f} | {pion_row.rps:,.0f} | "
+              f"{pion_row.rps / redis_row.rps:.2f}× | {redis_row.cpu_us_per_req:.2f} | "
+              f"{pion_row.cpu_us_per_req:.2f} | "
+              f"{pion_row.cpu_us_per_req / redis_row.cpu_us_per_req:.2f}× |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The semantic cache core without a server: scope index (exact and ANN) and the store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pion.server.semantic.cache import SemanticCacheStore
+from pion.server.semantic.index import ScopeIndex
+
+
+def _unit(rng: np.random.Generator, n: int, dim: int = 32) -> np.ndarray:
+    v = rng.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnswlib", "usearch"])
+def test_search_finds_the_stored_vector_with_its_true_cosine(kind: str) -> None:
+    rng = np.random.default_rng(0)
+    vecs = _unit(rng, 300)
+    index = ScopeIndex(32, "hnswlib" if kind == "exact" else kind, ann_min_entries=10**9 if kind == "exact" else 50)
+    for i, v in enumerate(vecs):
+        index.add(i + 1, v)
+    assert index.uses_ann is (kind != "exact")
+    for i in (0, 77, 299):
+        entry_id, sim = index.search(vecs[i])
+        assert entry_id == i + 1
+        assert sim == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("ann_min", [10**9, 20])
+def test_removed_entries_are_never_returned_and_holes_are_compacted(ann_min: int) -> None:
+    rng = np.random.default_rng(1)
+    vecs = _unit(rng, 200)
+    index = ScopeIndex(32, "hnswlib", ann_min_entries=ann_min)
+    for i, v in enumerate(vecs):
+        index.add(i, v)
+    for i in range(150):
+        assert index.remove(i) is True
+    assert index.remove(3) is False
+    assert len(index) == 50
+    for i in (0, 10, 149):
+        assert index.search(vecs[i])[0] >= 150
+    assert index.search(vecs[160])[0] == 160
+
+
+def test_store_lookup_respects_scope_threshold_and_counts() -> None:
+    rng = np.random.default_rng(2)
+    v = _unit(rng, 2)
+    store = SemanticCacheStore()
+    eid = store.put("c", "s1", "q", b"answer", v[0], meta=b'{"q": "q"}')
+    hit = store.lookup("c", "s1", v[0], 0.9)
+    assert hit is not None
+    assert (hit[0].entry_id, hit[0].response, hit[0].meta) == (eid, b"answer", b'{"q": "q"}')
+    assert store.lookup("c", "s2", v[0], 0.9) is None
+    assert store.lookup("c", "s1", v[1], 0.9) is None
+    info = store.info("c")
+    assert (info["entries"], info["scopes"], info["hits"], info["misses"]) == (1, 1, 1, 2)
+
+
+def test_expired_entries_are_purged_on_lookup() -> None:
+    now = [1000.0]
+    store = SemanticCacheStore(clock=lambda: now[0])
+    v = _unit(np.random.default_rng(3), 1)[0]
+    events: list[str] = []
+    store.on_mutation = lambda kind, fields: events.append(kind)
+    store.put("c", "s", "q", b"a", v, ttl_s=10)
+    now[0] += 9
+    assert store.lookup("c", "s", v, 0.5) is not None
+    now[0] += 2
+    assert store.lookup("c", "s", v, 0.5) is None
+    assert len(store) == 0
+    assert events == ["put", "expire"]
+
+
+def test_delete_and_flush_report_what_they_removed() -> None:
+    rng = np.random.default_rng(4)
+    store = SemanticCacheStore()
+    ids = [store.put("c", "s", f"q{i}", b"a", v) for i, v in enumerate(_unit(rng, 3))]
+    assert store.delete("c", [ids[0], 999]) == 1
+    assert store.delete("nope", [1]) == 0
+    assert store.flush("c") == 2
+    assert store.flush("c") == 0
+    assert len(store) == 0
