@@ -3,15 +3,17 @@
 The shape of LMCache's multi-round QA benchmark: U users x T turns. Every conversation starts
 with the same ~1K-token system prompt; each user's first message carries that user's own ~300-token
 context; every later turn appends the model's previous answer and a short new question. Three
-pion-llm configurations run the identical workload, one after the other (never concurrently, so
-they do not compete for the 2 CPU cores):
+pion-llm configurations run the identical workload side by side: all three are started, then each
+request is sent to (a), (b) and (c) back to back (never concurrently), so the three see the same
+machine load — this 2-core machine is shared and its load moves a lot:
 
   (a) pion      pion-llm + pion-server: segments stored in and restored from pion-server
   (b) no-pion   pion-llm --no-pion: segments kept as tensors in the pion-llm process
   (c) no-reuse  pion-llm --no-prefix-cache: every request prefills its whole prompt
 
 Requests are sent one at a time, round-robin over users within each turn (turn 1 of every user,
-then turn 2 ...), so TTFT is service time, not queueing. TTFT is measured by the client with the
+then turn 2 ...), so TTFT is service time, not queueing. "total time" is the sum of one mode's
+request latencies (first byte sent to last chunk received). TTFT is measured by the client with the
 official openai SDK in streaming mode: request sent -> first non-empty content delta.
 
     .venv/bin/python benchmarks/bench_multiturn.py [--users 10] [--turns 6] [--max-tokens 16]
@@ -24,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +99,7 @@ class Sample:
 class ModeResult:
     mode: str
     samples: list[Sample] = field(default_factory=list)
-    wall_s: float = 0.0
+    busy_s: float = 0.0
 
     def turn_stats(self, turn: int) -> tuple[float, float]:
         values = sorted(s.ttft_s for s in self.samples if s.turn == turn)
@@ -110,61 +114,70 @@ def percentile(sorted_values: list[float], pct: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
 
 
-def run_workload(base_url: str, users: int, turns: int, max_tokens: int, mode: str) -> ModeResult:
-    from openai import OpenAI
+class Conversations:
+    """One mode's client and per-user histories; ``ask`` runs one turn of one user and records it."""
 
-    client = OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=600)
-    system = system_prompt()
-    histories = [[{"role": "system", "content": system}] for _ in range(users)]
-    result = ModeResult(mode)
-    started = time.perf_counter()
-    for turn in range(turns):
-        for user in range(users):
-            question = _QUESTIONS[(user + turn) % len(_QUESTIONS)]
-            content = f"{user_context(user)}\n\n{question}" if turn == 0 else question
-            histories[user].append({"role": "user", "content": content})
-            t0 = time.perf_counter()
-            ttft = None
-            pieces: list[str] = []
-            usage: Any = None
-            stream = client.chat.completions.create(model=MODEL, messages=histories[user], max_tokens=max_tokens,
-                                                    temperature=0, stream=True,
-                                                    stream_options={"include_usage": True})
-            for chunk in stream:
-                if chunk.usage is not None:
-                    usage = chunk.usage
-                if chunk.choices and chunk.choices[0].delta.content:
-                    if ttft is None:
-                        ttft = time.perf_counter() - t0
-                    pieces.append(chunk.choices[0].delta.content)
-            total = time.perf_counter() - t0
-            histories[user].append({"role": "assistant", "content": "".join(pieces)})
-            result.samples.append(Sample(user, turn + 1, ttft if ttft is not None else total, total,
-                                         usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens))
-        print(f"  {mode}: turn {turn + 1} done, mean TTFT {result.turn_stats(turn + 1)[0] * 1000:.0f} ms",
-              file=sys.stderr, flush=True)
-    result.wall_s = time.perf_counter() - started
-    return result
+    def __init__(self, base_url: str, users: int, max_tokens: int, mode: str) -> None:
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=600)
+        self.histories = [[{"role": "system", "content": system_prompt()}] for _ in range(users)]
+        self.max_tokens = max_tokens
+        self.result = ModeResult(mode)
+
+    def ask(self, user: int, turn: int) -> None:
+        question = _QUESTIONS[(user + turn) % len(_QUESTIONS)]
+        content = f"{user_context(user)}\n\n{question}" if turn == 1 else question
+        history = self.histories[user]
+        history.append({"role": "user", "content": content})
+        t0 = time.perf_counter()
+        ttft = None
+        pieces: list[str] = []
+        usage: Any = None
+        stream = self.client.chat.completions.create(model=MODEL, messages=history, max_tokens=self.max_tokens,
+                                                     temperature=0, stream=True,
+                                                     stream_options={"include_usage": True})
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            if chunk.choices and chunk.choices[0].delta.content:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                pieces.append(chunk.choices[0].delta.content)
+        total = time.perf_counter() - t0
+        history.append({"role": "assistant", "content": "".join(pieces)})
+        self.result.samples.append(Sample(user, turn, ttft if ttft is not None else total, total,
+                                          usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens))
+        self.result.busy_s += total
 
 
-def run_mode(mode: str, args: argparse.Namespace, work: Path) -> ModeResult:
-    llm_args = ["--threads", str(args.threads)]
-    server = None
+def start_mode(mode: str, threads: int, work: Path, stack: ExitStack) -> str:
+    """Start pion-llm (and for mode "pion" its pion-server) for one mode; returns the base URL."""
+    llm_args = ["--threads", str(threads)]
     if mode == "pion":
         server = start_server(work / "pion-data")
+        stack.callback(server.stop)
         llm_args += ["--pion-port", str(server.port)]
     elif mode == "no-pion":
         llm_args += ["--no-pion"]
     else:
         llm_args += ["--no-prefix-cache"]
-    print(f"starting pion-llm ({MODES[mode]})", file=sys.stderr, flush=True)
+    print(f"starting pion-llm {MODES[mode]}", file=sys.stderr, flush=True)
     llm = start_llm(work / mode, *llm_args)
-    try:
-        return run_workload(llm.url, args.users, args.turns, args.max_tokens, mode)
-    finally:
-        llm.stop()
-        if server is not None:
-            server.stop()
+    stack.callback(llm.stop)
+    return llm.url
+
+
+def run_interleaved(urls: dict[str, str], users: int, turns: int, max_tokens: int) -> dict[str, ModeResult]:
+    """Turn by turn, user by user, the same request to every mode back to back (same machine load)."""
+    convs = {mode: Conversations(url, users, max_tokens, mode) for mode, url in urls.items()}
+    for turn in range(1, turns + 1):
+        for user in range(users):
+            for conv in convs.values():
+                conv.ask(user, turn)
+        means = ", ".join(f"{m} {c.result.turn_stats(turn)[0] * 1000:.0f} ms" for m, c in convs.items())
+        print(f"  turn {turn}: mean TTFT {means}", file=sys.stderr, flush=True)
+    return {mode: conv.result for mode, conv in convs.items()}
 
 
 def table(results: dict[str, ModeResult], turns: int) -> str:
@@ -177,7 +190,7 @@ def table(results: dict[str, ModeResult], turns: int) -> str:
         c_over_a = stats["no-reuse"][0] / stats["pion"][0] if {"pion", "no-reuse"} <= set(modes) else float("nan")
         a_over_b = stats["pion"][0] / stats["no-pion"][0] if {"pion", "no-pion"} <= set(modes) else float("nan")
         rows.append(f"| {turn} | " + " | ".join(cells) + f" | {c_over_a:.1f}× | {a_over_b:.2f}× |")
-    totals = [f"{results[m].wall_s:.1f} s" for m in modes]
+    totals = [f"{results[m].busy_s:.1f} s" for m in modes]
     rows.append("| total time | " + " | ".join(totals) + " | | |")
     cached = [f"{sum(s.cached_tokens for s in results[m].samples) / max(1, sum(s.prompt_tokens for s in results[m].samples)):.0%}"
               for m in modes]
@@ -221,19 +234,23 @@ def main() -> int:
     p.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "bench_multiturn.png")
     p.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "data" / "bench_multiturn.json")
     args = p.parse_args()
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt  # so SIGTERM also stops the child processes (ExitStack)
+
+    signal.signal(signal.SIGTERM, interrupt)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(MODES)
     if unknown:
         p.error(f"unknown mode(s) {sorted(unknown)}; choose from {list(MODES)}")
-    results: dict[str, ModeResult] = {}
-    with tempfile.TemporaryDirectory(prefix="pion-bench-mt-") as tmp:
-        for mode in modes:
-            results[mode] = run_mode(mode, args, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="pion-bench-mt-") as tmp, ExitStack() as stack:
+        urls = {mode: start_mode(mode, args.threads, Path(tmp), stack) for mode in modes}
+        results = run_interleaved(urls, args.users, args.turns, args.max_tokens)
     print(f"\n{args.users} users x {args.turns} turns, max_tokens {args.max_tokens}, torch threads {args.threads}\n")
     print(table(results, args.turns))
     plot(results, args.turns, args.plot)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({m: {"wall_s": r.wall_s, "samples": [s.__dict__ for s in r.samples]}
+    args.json.write_text(json.dumps({m: {"busy_s": r.busy_s, "samples": [s.__dict__ for s in r.samples]}
                                      for m, r in results.items()}, indent=1))
     print(f"\nplot: {args.plot}\nraw: {args.json}")
     return 0

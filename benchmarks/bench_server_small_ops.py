@@ -1,6 +1,6 @@
 """Small-command throughput and server CPU per request: pion-server vs Debian's redis-server.
 
-Runs both servers side by side on free loopback ports, then for each server drives
+Runs the servers side by side on free loopback ports, then for each server drives
 ``redis-benchmark -t <test> -n N -d 3`` with and without ``-P 16``, one test at a time, and
 reads the server's CPU time (utime + stime from ``/proc/<pid>/stat``) before and after, so
 
@@ -87,22 +87,27 @@ def main() -> int:
             print(f"{tool} not found: apt-get install redis-server redis-tools", file=sys.stderr)
             return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-small-"))
-    redis_port, pion_port = free_port(), free_port()
+    ports = {"redis": free_port(), "redis+aof": free_port(), "pion": free_port()}
+    redis_common = ["--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
     procs = {
-        "redis": subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind",
-                                   "127.0.0.1", "--save", "", "--appendonly", "no",
-                                   "--dir", str(tmp)], stdout=subprocess.DEVNULL),
-        "pion": subprocess.Popen([sys.executable, "-m", "pion.server", "--port", str(pion_port),
-                                  "--dir", str(tmp / "pion-data")], stdout=subprocess.DEVNULL),
+        "redis": subprocess.Popen(["redis-server", "--port", str(ports["redis"]), *redis_common,
+                                   "--appendonly", "no"], stdout=subprocess.DEVNULL),
+        # Same durability as pion-server's default (WAL, fsync once a second).
+        "redis+aof": subprocess.Popen(["redis-server", "--port", str(ports["redis+aof"]),
+                                       *redis_common, "--appendonly", "yes",
+                                       "--appendfilename", "bench.aof",
+                                       "--appendfsync", "everysec"], stdout=subprocess.DEVNULL),
+        "pion": subprocess.Popen([sys.executable, "-m", "pion.server", "--port",
+                                  str(ports["pion"]), "--dir", str(tmp / "pion-data")],
+                                 stdout=subprocess.DEVNULL),
     }
-    ports = {"redis": redis_port, "pion": pion_port}
     rows: list[Row] = []
     try:
-        for name, port in ports.items():
+        for port in ports.values():
             wait_for_ping(port)
         for pipeline in (1, 16):
             for test in TESTS:
-                for name, port in ports.items():  # interleave so drift hits both alike
+                for name, port in ports.items():  # interleave so drift hits all alike
                     rows += run_one(name, procs[name].pid, port, test, args.n, pipeline)
     finally:
         for proc in procs.values():
@@ -111,19 +116,21 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     by_key = {(r.server, r.test, r.pipeline): r for r in rows}
-    print(f"redis-benchmark -n {args.n} -d 3 -c 50, one test per run; "
-          f"CPU from /proc/<pid>/stat (utime+stime)\n")
-    print("| test | -P | Redis ops/s | Pion ops/s | ops ratio | Redis CPU µs/req | "
-          "Pion CPU µs/req | CPU ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for (server, test, pipeline), redis_row in by_key.items():
+    print(f"redis-benchmark -n {args.n} -d 3 -c 50, one test per run; server CPU from "
+          f"/proc/<pid>/stat (utime+stime); redis+aof = appendonly yes, appendfsync everysec "
+          f"(pion-server's default WAL policy)\n")
+    print("| test | -P | ops/s Redis | ops/s Redis+AOF | ops/s Pion | Pion ÷ Redis | "
+          "CPU µs/req Redis | Redis+AOF | Pion | CPU Pion ÷ Redis | CPU Pion ÷ Redis+AOF |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (server, test, pipeline), base in by_key.items():
         if server != "redis":
             continue
-        pion_row = by_key[("pion", test, pipeline)]
-        print(f"| {test} | {pipeline} | {redis_row.rps:,.0f} | {pion_row.rps:,.0f} | "
-              f"{pion_row.rps / redis_row.rps:.2f}× | {redis_row.cpu_us_per_req:.2f} | "
-              f"{pion_row.cpu_us_per_req:.2f} | "
-              f"{pion_row.cpu_us_per_req / redis_row.cpu_us_per_req:.2f}× |")
+        aof, pion = by_key[("redis+aof", test, pipeline)], by_key[("pion", test, pipeline)]
+        print(f"| {test} | {pipeline} | {base.rps:,.0f} | {aof.rps:,.0f} | {pion.rps:,.0f} | "
+              f"{pion.rps / base.rps:.2f}× | {base.cpu_us_per_req:.2f} | "
+              f"{aof.cpu_us_per_req:.2f} | {pion.cpu_us_per_req:.2f} | "
+              f"{pion.cpu_us_per_req / base.cpu_us_per_req:.2f}× | "
+              f"{pion.cpu_us_per_req / aof.cpu_us_per_req:.2f}× |")
     return 0
 
 

@@ -10,8 +10,8 @@ import torch
 
 from client_prompts import QUESTIONS, SYSTEM_PROMPTS, system_turn, user_turn
 from pion import generate, load_model, stream_generate
-from pion.client.runtimes.transformers_kv import KvShape, RestoreBuffers, layer_rows
-from pion.client.runtimes.transformers_runtime import encode_prompt, generate_ids, prefill
+from pion.client.runtimes.transformers_kv import KvShape, RestoredKv, layer_rows
+from pion.client.runtimes.transformers_runtime import encode_prompt, forward_logits, generate_ids, prefill
 
 
 def test_smollm2_has_the_documented_kv_geometry(smollm: tuple[Any, Any]) -> None:
@@ -65,14 +65,32 @@ def test_cache_rows_round_trip_through_restore_buffers(smollm: tuple[Any, Any]) 
     ids = encode_prompt(tok, system_turn(SYSTEM_PROMPTS[2]))
     cache = prefill(model, ids)
     shape = KvShape.from_config(model.config)
-    buffers = RestoreBuffers(shape, len(ids), torch.float32)
+    restored = RestoredKv(shape, len(ids))
     for layer in range(shape.n_layers):
         for side in ("k", "v"):
-            buffers.fill(side, layer, torch.from_numpy(layer_rows(cache, layer, side, len(ids), torch.float32)))
-    rebuilt = buffers.to_cache(model.config, torch.device("cpu"))
-    assert rebuilt.get_seq_length() == len(ids)
-    assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
-               for a, b in zip(cache.layers, rebuilt.layers, strict=True))
+            rows = torch.from_numpy(layer_rows(cache, layer, side, len(ids), torch.float32))
+            restored.set_layer(side, layer, rows.reshape(-1))
+    for materialize in (False, True):
+        rebuilt = restored.to_cache(model.config, torch.device("cpu"), torch.float32, materialize=materialize)
+        assert rebuilt.get_seq_length() == len(ids)
+        assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+                   for a, b in zip(cache.layers, rebuilt.layers, strict=True))
+
+
+def test_a_lazily_converted_fp16_cache_gives_the_same_logits_as_a_materialized_one(smollm: tuple[Any, Any]) -> None:
+    model, tok = smollm
+    prefix = encode_prompt(tok, system_turn(SYSTEM_PROMPTS[4]))
+    suffix = encode_prompt(tok, user_turn(QUESTIONS[4]))
+    cache = prefill(model, prefix)
+    shape = KvShape.from_config(model.config)
+    restored = RestoredKv(shape, len(prefix))
+    for layer in range(shape.n_layers):
+        for side in ("k", "v"):
+            rows = torch.from_numpy(layer_rows(cache, layer, side, len(prefix), torch.float16))
+            restored.set_layer(side, layer, rows.reshape(-1))
+    lazy = forward_logits(model, suffix, restored.to_cache(model.config, torch.device("cpu")))[0]
+    eager = forward_logits(model, suffix, restored.to_cache(model.config, torch.device("cpu"), materialize=True))[0]
+    assert torch.equal(lazy, eager) is True
 
 
 def test_an_empty_prompt_is_refused(smollm: tuple[Any, Any]) -> None:

@@ -142,6 +142,7 @@ BAD_BODIES = [
     ({"model": MODEL, "messages": "hi"}, "messages"),
     ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9000}, "messages"),
 ]
 
 

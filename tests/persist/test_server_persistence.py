@@ -5,6 +5,7 @@ from __future__ import annotations
 import resource
 import signal
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -248,5 +249,71 @@ def test_a_full_disk_gives_misconf_keeps_reads_and_resumes_after_save_frees_spac
         r = server.client()
         assert r.get("big") == value + bytes([acked - 1])
         assert r.get("after") == b"resumed"
+    finally:
+        server.stop()
+
+
+def _all_rows(server: ServerProcess) -> dict[bytes, bytes]:
+    r = server.client()
+    out = {}
+    for sid in r.execute_command("V.LIST"):
+        info = r.execute_command("V.INFO", sid)
+        rows = dict(zip(info[::2], info[1::2], strict=True))[b"tokens"]
+        out[sid] = r.execute_command("V.FETCH", sid, 0, "RANGE", 0, rows, "DTYPE", "raw")
+    return out
+
+
+def test_bgsave_while_clients_write_restarts_to_exactly_the_final_state(tmp_path: Path) -> None:
+    import threading
+    server = start_server(tmp_path / "data")
+    try:
+        r = server.client()
+        for i in range(16):
+            r.execute_command("V.CREATE", f"s{i}", 1024, "VQUANT", "fp16")
+            r.execute_command("V.STOREBATCH", f"s{i}", 0, 0, _rows(512, 1024, i))  # 1 MB each
+        stop = threading.Event()
+
+        def writer() -> None:
+            conn = server.client()
+            i = 0
+            while not stop.is_set():
+                sid = f"s{i % 16}"
+                if i % 37 == 36:
+                    conn.execute_command("V.DROP", sid)
+                    conn.execute_command("V.CREATE", sid, 1024, "VQUANT", "fp16")
+                conn.execute_command("V.STOREBATCH", sid, 0, 0, _rows(64, 1024, 1000 + i))
+                i += 1
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            assert r.execute_command("BGSAVE") in (b"Background saving started", True)
+            while r.info("persistence")["bgsave_in_progress"]:
+                pass
+        finally:
+            stop.set()
+            thread.join()
+        assert r.info("persistence")["last_bgsave_status"] == "ok"
+        before = _all_rows(server)
+        server = _restart(server, signal.SIGKILL)
+        assert _all_rows(server) == before
+    finally:
+        server.stop()
+
+
+def test_the_wal_passing_wal_max_bytes_starts_a_snapshot_by_itself(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data", "--wal-max-bytes", "300kb")
+    try:
+        r = server.client()
+        for i in range(20):
+            r.set("k", bytes([i]) * 50_000)
+        deadline = time.monotonic() + 20
+        while r.info("persistence")["saves"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)  # the snapshot runs in the background
+        info = r.info("persistence")
+        assert info["saves"] >= 1
+        assert info["wal_bytes"] < 20 * 50_000
+        server = _restart(server, signal.SIGKILL)
+        assert server.client().get("k") == bytes([19]) * 50_000
     finally:
         server.stop()

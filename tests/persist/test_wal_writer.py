@@ -161,3 +161,19 @@ def test_auto_snapshot_starts_when_the_wal_passes_its_limit(tmp_path: Path) -> N
     again = ToyStore()
     Persistence(PersistOptions(tmp_path, appendfsync="no")).recover(again.apply)
     assert again.keys == {b"k": bytes([9]) * 10_000}
+
+
+def test_a_failed_fsync_under_always_answers_misconf(tmp_path: Path) -> None:
+    import os
+
+    from pion.common.errors import CommandError
+    layout = DataLayout(tmp_path)
+    wal = WalWriter(layout, "always")
+    wal.append(RecordType.FLUSHALL, {})
+    os.close(wal._fd)  # the device "fails": fdatasync now raises OSError
+    with pytest.raises(CommandError) as err:
+        asyncio.run(wal.sync_barrier())
+    assert err.value.code == "MISCONF"
+    assert wal.misconf is not None
+    wal._fd = os.open(layout.wal_path, os.O_WRONLY | os.O_APPEND)
+    wal.close()

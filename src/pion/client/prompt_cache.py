@@ -37,7 +37,7 @@ import torch
 from pion.client.block_hashes import DEFAULT_BLOCK_SIZE, block_table
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, FetchDtype, PionClient
 from pion.client.namespaces import NAMESPACE_VERSION, make_namespace, model_fingerprint, tokens_hash
-from pion.client.runtimes.transformers_kv import KvShape, RestoreBuffers, frombuffer, layer_rows
+from pion.client.runtimes.transformers_kv import KvShape, RestoredKv, frombuffer, layer_rows
 from pion.client.runtimes.transformers_runtime import model_device, prefill
 from pion.codecs import get_codec
 from pion.common.ids import Namespace, k_session, v_session
@@ -79,18 +79,22 @@ class PionPromptCache:
         restore_dtype: how quantized formats travel on a hit: ``"f16"`` (server decodes) or ``"raw"``
             (stored bytes, decoded here); ``"auto"`` picks the faster measured one. fp16/fp32 always
             travel raw, which is byte-identical to their float form.
+        materialize: False (default) returns a cache whose layers are zero-copy fp16/fp32 views of
+            the reply; the first forward converts them to the model dtype as it appends the suffix.
+            True converts up front into contiguous model-dtype tensors (one more pass over the prefix).
     """
 
     def __init__(self, model: Any, vquant: str = "fp16", boundary_protect: int = 0, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, password: str | None = None, client: PionClient | None = None, *,
                  tokenizer: Any | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 restore_dtype: RestoreDtype = "auto") -> None:
+                 restore_dtype: RestoreDtype = "auto", materialize: bool = False) -> None:
         self.model = model
         self.vquant = vquant
         self.boundary_protect = int(boundary_protect)
         self.shape = KvShape.from_config(model.config)
         self.block_size = block_size
         self.restore_dtype = restore_dtype
+        self.materialize = materialize
         self.k_formats, self.v_formats = self._layer_formats()
         for fmt in {*self.k_formats, *self.v_formats}:
             get_codec(fmt).check_dim(self.shape.kv_dim)  # unknown format / bad kv_dim: fail now, loudly
@@ -179,6 +183,21 @@ class PionPromptCache:
         self._store(ns, ids, cache, prefill_ms)
         return cache
 
+    def store(self, prefix_ids: Sequence[int], cache: Any, namespace: Namespace | str | None = None,
+              prefill_ms: float | None = None) -> bool:
+        """Register and store a cache the caller already computed (its first ``len(prefix_ids)`` tokens).
+
+        For a caller that prefilled prefix + suffix in one forward and wants to share the prefix part.
+        Returns True when the server acknowledged every write; False (with a warning) otherwise.
+        """
+        ids = [int(t) for t in prefix_ids]
+        if not ids:
+            raise ValueError("prefix_ids is empty")
+        if self.client is None:
+            return False
+        ns = namespace if namespace is not None else self.namespace_for(ids)
+        return self._store(ns, ids, cache, prefill_ms)
+
     # ---- miss path --------------------------------------------------------------------------
 
     def _prefill(self, ids: list[int]) -> Any:
@@ -191,7 +210,7 @@ class PionPromptCache:
         self._stats.prefill_ms_total += ms
         return cache, ms
 
-    def _store(self, ns: Namespace | str, ids: list[int], cache: Any, prefill_ms: float) -> None:
+    def _store(self, ns: Namespace | str, ids: list[int], cache: Any, prefill_ms: float | None) -> bool:
         """Register the prefix and store every layer of K and V in one pipelined round trip."""
         assert self.client is not None
         t0 = time.perf_counter()
@@ -221,9 +240,10 @@ class PionPromptCache:
             self._stats.store_failures += 1
             logger.warning("storing prefix %s on pion-server failed (%d errors, first: %s); it stays local",
                            ns, len(errors), errors[0])
-            return
+            return False
         self._stats.store_ms_total += (time.perf_counter() - t0) * 1e3
         self._stats.bytes_stored += nbytes
+        return True
 
     # ---- hit path ---------------------------------------------------------------------------
 
@@ -245,7 +265,7 @@ class PionPromptCache:
         k_layers, v_layers = pipe.execute()
         t1 = time.perf_counter()
         timings["fetch"] = (t1 - t0) * 1e3
-        buffers = RestoreBuffers(shape, n_tokens, next(self.model.parameters()).dtype)
+        restored = RestoredKv(shape, n_tokens)
         nbytes = 0
         for side, layers, formats, wire in (("k", k_layers, self.k_formats, k_wire),
                                             ("v", v_layers, self.v_formats, v_wire)):
@@ -253,10 +273,11 @@ class PionPromptCache:
                 raise ValueError(f"V.MFETCH returned {len(layers)} layers for side {side}, expected {shape.n_layers}")
             for layer, data in enumerate(layers):
                 nbytes += len(data)
-                buffers.fill(side, layer, self._decode(data, formats[layer], wire))
+                restored.set_layer(side, layer, self._decode(data, formats[layer], wire))
         t2 = time.perf_counter()
         timings["decode"] = (t2 - t1) * 1e3
-        cache = buffers.to_cache(self.model.config, model_device(self.model))
+        cache = restored.to_cache(self.model.config, model_device(self.model),
+                                  next(self.model.parameters()).dtype, materialize=self.materialize)
         timings["build"] = (time.perf_counter() - t2) * 1e3
         self._stats.fetch_ms_total += lookup_ms + (time.perf_counter() - t0) * 1e3
         self._stats.bytes_fetched += nbytes

@@ -72,6 +72,7 @@ class ModelWorker:
         self.metrics = metrics
         self.engine: Engine | None = None
         self.load_error: str | None = None
+        self.current: Job | None = None
         self._jobs: asyncio.Queue[Job] = asyncio.Queue()
 
     def submit(self, plan: PromptPlan, params: SamplingParams) -> Job:
@@ -92,7 +93,18 @@ class ModelWorker:
             self.metrics.queue_depth.set(self._jobs.qsize())
             if job.cancelled.is_set():
                 continue
-            await asyncio.to_thread(self._run_job, job)
+            self.current = job
+            try:
+                await asyncio.to_thread(self._run_job, job)
+            finally:
+                self.current = None
+
+    def cancel_all(self) -> None:
+        """At shutdown: stop the running generation between tokens and drop waiting jobs."""
+        if self.current is not None:
+            self.current.cancelled.set()
+        while not self._jobs.empty():
+            self._jobs.get_nowait().cancelled.set()
 
     def _run_job(self, job: Job) -> None:
         """Runs in the worker thread: restore, prefill, decode until done or cancelled, store."""
@@ -139,6 +151,7 @@ def create_app(model_name: str, max_queue: int, engine_factory: EngineFactory,
         loader = asyncio.create_task(load())
         runner = asyncio.create_task(worker.run())
         yield
+        worker.cancel_all()
         runner.cancel()
         loader.cancel()
 
@@ -230,6 +243,12 @@ def _ready_engine(worker: ModelWorker) -> Engine:
 async def _respond(worker: ModelWorker, metrics: LlmMetrics, request: Request, endpoint: str, plan: PromptPlan,
                    body: schemas.ChatCompletionRequest | schemas.CompletionRequest, chat_mode: bool,
                    fingerprint: str) -> Response:
+    engine = _ready_engine(worker)
+    if plan.n_tokens + body.effective_max_tokens() > engine.context_tokens:
+        metrics.requests.labels(endpoint, "400").inc()
+        raise ApiError(400, f"this model's context is {engine.context_tokens} tokens; the prompt has "
+                       f"{plan.n_tokens} and max_tokens asks for {body.effective_max_tokens()} more",
+                       param="messages" if chat_mode else "prompt", code="context_length_exceeded")
     try:
         job = worker.submit(plan, body.sampling())
     except ApiError as exc:

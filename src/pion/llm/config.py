@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pion.common.errors import ConfigError
@@ -63,8 +63,8 @@ def _env_bool(name: str) -> bool:
     raise ConfigError(f"{name}: expected a boolean (1/0, true/false), got {raw!r}")
 
 
-def _positive(kind: type, key: str, minimum: float) -> object:
-    def parse(text: str) -> object:
+def _positive(kind: type[int] | type[float], key: str, minimum: float) -> Callable[[str], int | float]:
+    def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError as exc:

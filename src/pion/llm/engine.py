@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,11 +62,13 @@ class Generation:
         self.started = started
         self.completion_tokens = 0
         self.finish_reason: str | None = None
+        self.first_token_ms: float | None = None
         self._new_rows: list[tuple[ChainLink, SegmentKV]] = []
         self._restored = len(restored)
         cache = cache_from_segments(engine.model, restored)
         self._cache = cache
-        self._steps: Iterator[GenerationStep] = generate_steps(
+        self.restore_ms = (time.perf_counter() - started) * 1000.0  # fetch + decode + cache build
+        self._steps: Generator[GenerationStep, None, None] = generate_steps(  # type: ignore[assignment]
             engine.model, engine.tokenizer, plan.ids[self.cached_tokens:], prompt_cache=cache,
             max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
             stop=list(params.stop) or None, seed=params.seed)
@@ -79,7 +81,8 @@ class Generation:
         t0 = time.perf_counter()
         step = next(self._steps, None)
         if first:
-            self._capture_new_segments((time.perf_counter() - t0) * 1000.0)
+            self.first_token_ms = (time.perf_counter() - t0) * 1000.0
+            self._capture_new_segments(self.first_token_ms)
         if step is None:
             self.finish_reason = "stop"
             return None
@@ -103,6 +106,10 @@ class Generation:
     def finish(self) -> None:
         """Store the segments this request prefilled and apply the byte budget."""
         self._steps.close()
+        logger.info("request: %d prompt tokens, %d restored (%d segments) in %.1f ms, %d prefilled + first token "
+                    "in %.1f ms, %d generated", self.prompt_tokens, self.cached_tokens, self._restored,
+                    self.restore_ms, self.prompt_tokens - self.cached_tokens, self.first_token_ms or 0.0,
+                    self.completion_tokens)
         if self._new_rows:
             self.engine.store_segments(self.links[:self._restored], self._new_rows)
         self._new_rows = []
@@ -120,6 +127,7 @@ class Engine:
         self.shape = ModelShape.of(model)
         self.root = root_namespace(self.shape, vquant)
         self.budget = LruLeafBudget(budget_bytes)
+        self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.prefill_ms_by_ns: dict[str, float] = {}
 
     @property

@@ -17,6 +17,8 @@ from pion.llm.stores import MemorySegmentStore, PionSegmentStore, SegmentStore
 
 logger = logging.getLogger("pion.llm")
 
+GRACEFUL_SHUTDOWN_S = 3
+
 
 def make_engine(config: LlmConfig) -> Engine:
     """Load the model and connect the segment store the config asks for (runs in a thread)."""
@@ -52,7 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = dataclasses.replace(config, pion_password="***") if config.pion_password else config
     logger.info("pion-llm %s", shown)
     app = create_app(config.model, config.max_queue, lambda: make_engine(config))
-    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level, access_log=False)
+    # A stream still open at SIGTERM gets a few seconds, then is cut (pion up escalates to SIGKILL at 10 s).
+    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level, access_log=False,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return 0
 
 

@@ -57,7 +57,8 @@ def cache_policy(body: Mapping[str, Any], headers: Mapping[str, str], cache_on: 
     if not cache_on:
         return CachePolicy(False, False, "cache disabled")
     directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
-    opts = body.get("cache") if isinstance(body.get("cache"), dict) else {}
+    raw = body.get("cache")
+    opts: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
     no_cache = "no-cache" in directives or bool(opts.get("no-cache") or opts.get("no_cache"))
     no_store = "no-store" in directives or bool(opts.get("no-store") or opts.get("no_store"))
     n = body.get("n")

@@ -25,7 +25,7 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 import hiredis
@@ -40,6 +40,7 @@ log = logging.getLogger("pion.server.net")
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop processing a client's requests above this
 WRITE_LOW_WATER = 1024 * 1024
 FLUSH_EVERY = 64  # reply chunks buffered before an intermediate write
+_perf_counter = time.perf_counter
 RECV_SLACK = 1024 * 1024  # bytes of a frame fed before its start was noticed (one read chunk)
 
 
@@ -59,7 +60,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.fed_since_frame = 0
         self.inline_buf = b""
-        self.last_active = time.monotonic()
+        self.last_active = _perf_counter()
         self.client = ClientState(client_id=next(server.client_ids), created_at=time.time())
         self.ctx = CommandContext(server=server.state, client=self.client)
         self.max_bulk = server.state.config.proto_max_bulk_len
@@ -106,7 +107,6 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
         if self.closing:
             return
         if self.inline_buf or (data[0] != 42 and not self.reader.has_data()):
@@ -125,6 +125,8 @@ class Connection(asyncio.Protocol):
         execute = self.dispatcher.execute
         ctx = self.ctx
         client = self.client
+        slow_s = self.dispatcher.slow_s
+        started = self.last_active = _perf_counter()
         while not (self.busy or self.write_paused or self.closing):
             try:
                 request = reader.gets()
@@ -133,24 +135,28 @@ class Connection(asyncio.Protocol):
                 return
             if request is False:
                 break
-            check_len = self.fed_since_frame + RECV_SLACK > self.max_bulk
-            self.fed_since_frame = 0
-            if type(request) is not list:
-                if request is None:
-                    continue  # *-1: a null multibulk is ignored, like Redis
+            if type(request) is not list or not request:
+                if request is None or request == []:
+                    continue  # *-1 and *0 are ignored, like Redis
                 self._protocol_error("expected '*' at the start of a request")
                 return
             for arg in request:
                 if type(arg) is not bytes:
                     self._protocol_error("expected '$', got something else inside a request")
                     return
-                if check_len and len(arg) > self.max_bulk:
+            if self.fed_since_frame + RECV_SLACK > self.max_bulk:
+                if max(map(len, request)) > self.max_bulk:
                     self._protocol_error("invalid bulk length")
                     return
+            self.fed_since_frame = 0
             pending = execute(ctx, request, out)
             if pending is not None:
                 self._start_async(pending)
                 return
+            now = _perf_counter()  # one clock read per command: also the next one's start
+            if now - started > slow_s:
+                self.dispatcher.log_slow(ctx, request, now - started)
+            started = now
             if client.close_after_reply:
                 self._close_after_flush()
                 return
@@ -167,6 +173,18 @@ class Connection(asyncio.Protocol):
         out = self.out
         if not out or self.transport is None:
             return
+        if self.server.before_reply:
+            try:
+                for hook in self.server.before_reply:
+                    hook()
+            except Exception:
+                # Replies must not go out when what they acknowledge was not logged.
+                log.exception("before-reply hook failed; dropping client id=%d without replies",
+                              self.client.client_id)
+                out.clear()
+                self.closing = True
+                self.transport.abort()
+                return
         if len(out) == 1:
             self.transport.write(out[0])
         else:
@@ -268,7 +286,7 @@ class Connection(asyncio.Protocol):
 
     # ---- used by admin commands and shutdown ------------------------------------------
     def idle_seconds(self) -> float:
-        return time.monotonic() - self.last_active
+        return _perf_counter() - self.last_active
 
     def begin_shutdown(self) -> None:
         """Stop taking requests; close once the in-flight command (if any) has answered."""
@@ -293,6 +311,9 @@ class PionServer:
         self.clients: dict[int, Connection] = {}
         self.client_ids = itertools.count(1)
         self.tasks: set[asyncio.Task[None]] = set()
+        # Called before every batch of replies is written (a WAL's group commit: records
+        # buffered while the batch ran become durable here, still before any reply leaves).
+        self.before_reply: list[Callable[[], None]] = []
         self.closing = False
         self._server: asyncio.Server | None = None
         self._all_closed = asyncio.Event()

@@ -4,9 +4,9 @@ transformers keeps each layer's keys and values as ``[batch=1, n_kv_heads, n_tok
 pion-server stores rows ``[n_tokens, n_kv_heads * head_dim]`` (one row per token, the spec's
 [N, H*D] layout). GQA needs nothing special: ``kv_dim = n_kv_heads * head_dim``.
 
-Restores write straight into preallocated per-side tensors ``[n_layers, 1, H, N, D]``: one pass per
-layer does the transpose and the dtype conversion, and the cache layers are views of those tensors,
-so building the cache itself copies nothing.
+Restores copy nothing: each layer is a ``[1, H, N, D]`` view over the reply bytes (``torch.frombuffer``),
+and the model's first forward, which concatenates the suffix onto every layer anyway, does the
+transpose and the fp16→fp32 conversion in that same copy (see ``RestoredKv``).
 """
 
 from __future__ import annotations
@@ -59,41 +59,60 @@ def frombuffer(data: bytes | bytearray | memoryview, dtype: torch.dtype) -> torc
         return torch.frombuffer(data, dtype=dtype)
 
 
-class RestoreBuffers:
-    """Preallocated K and V tensors for one restore, filled layer by layer, then handed to a cache."""
+class RestoredKv:
+    """A restored prefix: per-layer K and V tensors, by default zero-copy views of the reply bytes.
 
-    def __init__(self, shape: KvShape, n_tokens: int, dtype: torch.dtype) -> None:
+    ``set_layer`` wraps ``[n_tokens * kv_dim]`` values (any float dtype, e.g. fp16 straight from the
+    wire) as a ``[1, H, N, D]`` view without copying. ``to_cache`` then either hands those views to
+    the cache as they are (``materialize=False``, the default) — the model's first forward
+    concatenates its suffix onto them, and that one ``torch.cat`` does the transpose and the
+    fp16→model-dtype conversion in the copy it makes anyway — or first copies them into
+    preallocated contiguous tensors of the model dtype (``materialize=True``), for callers that read
+    the cache tensors directly.
+    """
+
+    def __init__(self, shape: KvShape, n_tokens: int) -> None:
         self.shape = shape
         self.n_tokens = n_tokens
-        dims = (shape.n_layers, 1, shape.n_kv_heads, n_tokens, shape.head_dim)
-        self.keys = torch.empty(dims, dtype=dtype)
-        self.values = torch.empty(dims, dtype=dtype)
+        self.keys: list[torch.Tensor | None] = [None] * shape.n_layers
+        self.values: list[torch.Tensor | None] = [None] * shape.n_layers
 
-    def fill(self, side: str, layer: int, rows: torch.Tensor) -> None:
-        """Copy ``[n_tokens, kv_dim]`` rows (any float dtype) into the layer, converting on the way."""
+    def set_layer(self, side: str, layer: int, flat: torch.Tensor) -> None:
+        """Adopt one layer-side's ``[n_tokens * kv_dim]`` values (kept by reference, not copied)."""
         shape = self.shape
-        if rows.numel() != self.n_tokens * shape.kv_dim:
-            raise ValueError(f"layer {layer} {side}: got {rows.numel()} values, expected "
+        if flat.numel() != self.n_tokens * shape.kv_dim:
+            raise ValueError(f"layer {layer} {side}: got {flat.numel()} values, expected "
                              f"{self.n_tokens} x {shape.kv_dim}")
-        target = (self.keys if side == "k" else self.values)[layer, 0]
-        target.copy_(rows.view(self.n_tokens, shape.n_kv_heads, shape.head_dim).transpose(0, 1))
+        view = flat.view(1, self.n_tokens, shape.n_kv_heads, shape.head_dim).transpose(1, 2)
+        (self.keys if side == "k" else self.values)[layer] = view
 
-    def to_cache(self, config: Any, device: torch.device) -> Any:
-        """A ``DynamicCache`` whose layers are views of these buffers (moved to ``device`` if needed)."""
+    def _layers(self, dtype: torch.dtype, device: torch.device, materialize: bool) -> list[tuple[Any, Any]]:
+        missing = [i for i in range(self.shape.n_layers) if self.keys[i] is None or self.values[i] is None]
+        if missing:
+            raise ValueError(f"restored prefix lacks layers {missing}")
+        if not materialize:
+            return [(k.to(device), v.to(device)) for k, v in zip(self.keys, self.values, strict=True)]
+        dims = (self.shape.n_layers, 1, self.shape.n_kv_heads, self.n_tokens, self.shape.head_dim)
+        out_k, out_v = torch.empty(dims, dtype=dtype), torch.empty(dims, dtype=dtype)
+        for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
+            out_k[i].copy_(k)
+            out_v[i].copy_(v)
+        out_k, out_v = out_k.to(device), out_v.to(device)
+        return [(out_k[i], out_v[i]) for i in range(self.shape.n_layers)]
+
+    def to_cache(self, config: Any, device: torch.device, dtype: torch.dtype = torch.float32,
+                 materialize: bool = False) -> Any:
+        """A ``DynamicCache`` holding the prefix; see the class docstring for ``materialize``."""
         from transformers import DynamicCache
         from transformers.cache_utils import DynamicLayer
 
-        keys, values = self.keys, self.values
-        if keys.device != device:
-            keys, values = keys.to(device), values.to(device)
         cache = DynamicCache(config=config)
-        for i in range(self.shape.n_layers):
-            k, v = keys[i], values[i]
+        for i, (k, v) in enumerate(self._layers(dtype, device, materialize)):
             layer = cache.layers[i] if i < len(cache.layers) else None
             if type(layer) is DynamicLayer:
                 # update() would torch.cat onto an empty tensor, copying the whole prefix once more.
                 layer.lazy_initialization(k, v)
                 layer.keys, layer.values = k, v
             else:
-                cache.update(k, v, i)
+                cache.update(k.to(dtype), v.to(dtype), i)
         return cache

@@ -6,8 +6,8 @@ start reads the same. Decoding is our own small loop over ``model(...)`` rather 
 natural, and time-to-first-token can be measured by the benchmarks.
 
 A ``prompt_cache`` is a transformers ``DynamicCache`` holding the prefix; ``prompt`` is then the
-suffix only. Like mlx-lm, generation appends to that cache; call ``cache.crop(n_prefix)`` to
-reuse it for another suffix.
+suffix only. Like mlx-lm, generation appends to that cache; ``trim_cache(cache, n_prefix)`` makes it
+reusable for another suffix.
 """
 
 from __future__ import annotations
@@ -107,6 +107,13 @@ def prefill(model: Any, ids: Sequence[int]) -> Any:
     """A ``DynamicCache`` holding the K/V of ``ids`` (a cold prefill)."""
     _, cache = forward_logits(model, ids, None)
     return cache
+
+
+def trim_cache(cache: Any, n_tokens: int) -> None:
+    """Cut a cache back to its first ``n_tokens`` (e.g. the prefix, after a generation)."""
+    extra = cache.get_seq_length() - n_tokens
+    if extra > 0:
+        cache.crop(-extra)  # a negative count removes tokens in every transformers version
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:

@@ -18,7 +18,7 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import httpx
@@ -133,7 +133,7 @@ class Backend(ABC):
         """Non-streaming chat completion -> OpenAI ``chat.completion`` dict."""
 
     @abstractmethod
-    def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+    def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncGenerator[dict[str, Any], None]:
         """Streaming chat completion -> OpenAI ``chat.completion.chunk`` dicts.
 
         Errors before the first chunk raise from the first ``__anext__``.

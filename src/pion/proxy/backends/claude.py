@@ -9,7 +9,7 @@ message_delta(stop_reason) -> finish chunk; ``error`` events raise.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, make_chunk,
@@ -63,7 +63,7 @@ class ClaudeBackend(Backend):
                                _FINISH.get(str(data.get("stop_reason")), "stop"),
                                usage_of(usage.get("input_tokens"), usage.get("output_tokens")))
 
-    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncGenerator[dict[str, Any], None]:
         response = await self.send("POST", f"{self.base_url}/v1/messages", headers=self._headers(headers),
                                    json_body=self._request(body, True), stream=True)
         cid, model = completion_id(), str(body.get("model"))

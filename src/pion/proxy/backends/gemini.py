@@ -7,7 +7,7 @@ MAX_TOKENS -> length, SAFETY / RECITATION / BLOCKLIST / PROHIBITED_CONTENT -> co
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, make_chunk,
@@ -77,7 +77,7 @@ class GeminiBackend(Backend):
         return make_completion(model, _text(data), _finish(cands[0].get("finishReason")) or "stop",
                                usage_of(usage.get("promptTokenCount"), usage.get("candidatesTokenCount")))
 
-    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncGenerator[dict[str, Any], None]:
         model = str(body.get("model"))
         response = await self.send("POST", self._url(model, "streamGenerateContent") + "?alt=sse",
                                    headers=self._headers(headers), json_body=self._request(body), stream=True)

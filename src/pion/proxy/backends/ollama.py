@@ -7,7 +7,7 @@ the reply's ``done_reason`` "length" becomes finish_reason "length", anything el
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, make_chunk,
@@ -50,7 +50,7 @@ class OllamaBackend(Backend):
                                _finish(data.get("done_reason")),
                                usage_of(data.get("prompt_eval_count"), data.get("eval_count")))
 
-    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncGenerator[dict[str, Any], None]:
         response = await self.send("POST", f"{self.base_url}/api/chat", headers={},
                                    json_body=self._request(body, True), stream=True)
         cid, model, started = completion_id(), str(body.get("model")), False

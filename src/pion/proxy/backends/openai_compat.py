@@ -7,7 +7,7 @@ client's Authorization header wins over the environment key.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from pion.proxy.backends.base import Backend, BackendHTTPError, openai_error, sse_data
@@ -51,7 +51,7 @@ class OpenAICompatBackend(Backend):
             raise BackendHTTPError(502, openai_error("backend sent a malformed completion", "backend_error"))
         return data
 
-    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncGenerator[dict[str, Any], None]:
         response = await self.send("POST", f"{self.base_url}/v1/chat/completions",
                                    headers=self._headers(headers),
                                    json_body={**body, "stream": True}, stream=True)

@@ -75,11 +75,11 @@ def _growth(ks: Keyspace, key: bytes, value: bytes) -> int:
 
 # ---- strings -------------------------------------------------------------------------------
 def cmd_keyspace_get(ctx: CommandContext, args: list[bytes]) -> Any:
-    return _keyspace(ctx).get(args[0])
+    return ctx.server.components[COMPONENT].get(args[0])
 
 
 def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
-    ks = _keyspace(ctx)
+    ks: Keyspace = ctx.server.components[COMPONENT]
     key, value = args[0], args[1]
     if len(args) == 2:  # the hot path: plain SET
         if ctx.server.config.maxmemory:

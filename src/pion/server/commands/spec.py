@@ -8,6 +8,25 @@ Handler contract: ``handler(ctx, args)`` where ``args`` are the request's
 arguments *after* the command name (``list[bytes]``). It returns a reply value
 (see ``pion.server.resp.replies``) or raises ``CommandError``; a handler that
 raises must not have changed any state. Handlers may be ``async def``.
+
+Family module convention (``commands/table.py`` lists the modules explicitly):
+
+  ``COMMANDS: list[CommandSpec]``   required; names are unique across all families.
+  ``setup(state) -> None``          optional; called once at start-up inside the running
+                                    event loop, before the listener opens. Attach the
+                                    family's component as ``state.components[name]``.
+                                    ``state.components`` already holds ``"table"``
+                                    (CommandTable), ``"clients"`` (id -> connection) and
+                                    ``"server"`` (net.PionServer; append to its
+                                    ``before_reply`` list to run code before each batch
+                                    of replies is written, e.g. a WAL group commit).
+  ``shutdown(state)``               optional, sync or async; called once at shutdown
+                                    after clients are drained, last family first. Flush
+                                    here.
+  ``flushall(state) -> None``       optional; FLUSHALL empties the family's data.
+  ``info(state) -> dict[str, list[tuple[str, object]]]``
+                                    optional; INFO sections (name -> fields), merged
+                                    into INFO in family order (e.g. ``"Pion"``).
 """
 
 from __future__ import annotations

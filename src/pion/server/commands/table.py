@@ -32,11 +32,9 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.persist",
 )
 
-NOT_YET_WRITTEN: frozenset[str] = frozenset({
-    "pion.server.commands.stats",
-    "pion.server.commands.vstore",
-    "pion.server.commands.kvprefix",
-})
+# Families still being written in parallel (skipped while their module is missing).
+# Every family has landed, so this is empty and the list above is a plain import list.
+NOT_YET_WRITTEN: frozenset[str] = frozenset()
 
 InfoSections = dict[str, list[tuple[str, object]]]
 

@@ -47,7 +47,7 @@ KEYSPACE_KINDS: dict[str, RecordType] = {
     "flush": RecordType.FLUSHALL,
 }
 NOT_PERSISTED = frozenset({"prefill_ms"})
-SNAPSHOT_CHUNK_BYTES = 4 * 1024**2
+SNAPSHOT_CHUNK_BYTES = 64 * 1024**2  # a layer up to this size reloads into an exact-fit buffer
 
 
 class StoreJournal:
@@ -139,7 +139,7 @@ def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None
 
     Sessions come least recently used first (so LRU order survives a reload); a
     prefix's registration follows its first session; rows go in chunks of at most
-    4 MiB, straight from the layer buffers (no copy here).
+    64 MiB (one record per layer in practice), straight from the layer buffers (no copy here).
     """
     if vstore is not None:
         registered: set[str] = set()

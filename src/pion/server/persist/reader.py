@@ -32,7 +32,11 @@ _READ_BUFFER = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One verified record: its type, sequence number, fields and where it lies in the file."""
+    """One verified record: its type, sequence number, fields and where it lies in the file.
+
+    Blob fields are memoryviews into the reader's buffer, valid until the next record
+    is read (like the V-store journal's rows): copy what you keep.
+    """
 
     rtype: int
     seq: int
@@ -70,27 +74,36 @@ class RecordReader:
 
     def _scan(self, f: BinaryIO) -> Iterator[Record]:
         size = self.size
+        head = bytearray(HEADER_SIZE)
+        # One reused payload buffer: no fresh (page-faulting) allocation per record.
+        buf = bytearray(1 << 16)
         while True:
             off = self.offset
             if off == size:
                 self._stop("clean", "")
                 return
-            head = f.read(HEADER_SIZE)
-            if len(head) < HEADER_SIZE:
-                self._stop("torn", f"file ends inside a record header ({len(head)} of {HEADER_SIZE} bytes)")
+            got = _read_into(f, memoryview(head))
+            if got < HEADER_SIZE:
+                self._stop("torn", f"file ends inside a record header ({got} of {HEADER_SIZE} bytes)")
                 return
             try:
                 header = parse_header(head)
             except HeaderError as e:
-                kind: EndKind = "torn" if _only_zeros(f, off + HEADER_SIZE, size, head) else "corrupt"
+                kind: EndKind = "torn" if _only_zeros(f, off + HEADER_SIZE, size, bytes(head)) else "corrupt"
                 self._stop(kind, str(e) + (" (only zero bytes follow)" if kind == "torn" else ""))
                 return
             end = off + header.record_size
             if end > size:
                 self._stop("torn", f"file ends inside a record ({size - off} of {header.record_size} bytes)")
                 return
-            body = f.read(header.length + TRAILER_SIZE)
-            payload = memoryview(body)[: header.length]
+            need = header.length + TRAILER_SIZE
+            if len(buf) < need:
+                buf = bytearray(max(need, 2 * len(buf)))  # a new buffer: views of the old stay valid
+            body = memoryview(buf)[:need]
+            if _read_into(f, body) < need:
+                self._stop("torn", "file ends inside a record (it shrank while being read)")
+                return
+            payload = body[: header.length]
             if not check_payload(payload, body[header.length:]):
                 kind = "torn" if end == size else "corrupt"
                 self._stop(kind, "payload checksum mismatch" + (" in the last record" if kind == "torn" else ""))
@@ -102,6 +115,17 @@ class RecordReader:
                 return
             yield Record(header.rtype, header.seq, fields, off, header.record_size)
             self.offset = end
+
+
+def _read_into(f: BinaryIO, view: memoryview) -> int:
+    """Fill ``view`` from ``f``; returns the bytes read (fewer only at end of file)."""
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])  # type: ignore[attr-defined]
+        if not n:
+            break
+        got += n
+    return got
 
 
 def _only_zeros(f: BinaryIO, pos: int, size: int, head: bytes) -> bool:

@@ -108,34 +108,58 @@ class RecordFormatError(ValueError):
 
 def _encode_value(value: Any, out: bytearray, parts: list[Any]) -> None:
     """Append one tagged value; large blobs become their own part (no copy)."""
-    if value is None:
-        out += b"n"
-    elif isinstance(value, bool):
-        out += b"t" + _U8.pack(1 if value else 0)
-    elif isinstance(value, str):
+    kind = type(value)
+    if kind is int:  # the common case first (bool is its own type and handled below)
+        out += b"i" + _I64.pack(value)
+    elif kind is str:
         data = value.encode()
         out += b"s" + _U32.pack(len(data)) + data
-    elif isinstance(value, (bytes, bytearray, memoryview)):
-        view = memoryview(value).cast("B") if isinstance(value, memoryview) else value
-        out += b"b" + _U64.pack(len(view))
-        if len(view) >= _ZERO_COPY_MIN:
+    elif kind is memoryview or kind is bytes or kind is bytearray:
+        view = value.cast("B") if kind is memoryview and value.format != "B" else value
+        size = view.nbytes if kind is memoryview else len(view)
+        out += b"b" + _U64.pack(size)
+        if size >= _ZERO_COPY_MIN:
             parts.append(bytes(out))
             out.clear()
             parts.append(view)
         else:
             out += view
-    elif isinstance(value, float):
+    elif value is None:
+        out += b"n"
+    elif kind is bool:
+        out += b"t" + _U8.pack(1 if value else 0)
+    elif kind is float:
         out += b"f" + _F64.pack(value)
     elif isinstance(value, (list, tuple)):
         out += b"l" + _U32.pack(len(value))
         for item in value:
             _encode_value(item, out, parts)
+    elif isinstance(value, str):
+        _encode_value(str(value), out, parts)  # str subclasses such as typed ids
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        _encode_value(memoryview(value), out, parts)
     else:
         try:
-            number = operator.index(value)
+            number = operator.index(value)  # numpy integers
         except TypeError:
             raise RecordFormatError(f"cannot persist a value of type {type(value).__name__}") from None
         out += b"i" + _I64.pack(number)
+
+
+_NAMES: dict[str, bytes] = {}
+
+
+def _field_name(name: str) -> bytes:
+    """``u8 len + ascii name``, cached (field names are a small fixed set)."""
+    raw = _NAMES.get(name)
+    if raw is None:
+        encoded = name.encode("ascii")
+        if len(encoded) > 255:
+            raise RecordFormatError(f"field name too long: {name[:40]!r}")
+        raw = _U8.pack(len(encoded)) + encoded
+        if len(_NAMES) < 1024:
+            _NAMES[name] = raw
+    return raw
 
 
 def encode_fields(fields: Mapping[str, Any]) -> list[Any]:
@@ -143,10 +167,7 @@ def encode_fields(fields: Mapping[str, Any]) -> list[Any]:
     parts: list[Any] = []
     out = bytearray(_U16.pack(len(fields)))
     for name, value in fields.items():
-        raw = name.encode("ascii")
-        if len(raw) > 255:
-            raise RecordFormatError(f"field name too long: {name[:40]!r}")
-        out += _U8.pack(len(raw)) + raw
+        out += _field_name(name)
         _encode_value(value, out, parts)
     if out:
         parts.append(bytes(out))
@@ -190,7 +211,7 @@ class HeaderError(ValueError):
     """The 24 bytes at this offset are not a valid frame header."""
 
 
-def parse_header(data: bytes | memoryview) -> Header:
+def parse_header(data: bytes | bytearray | memoryview) -> Header:
     """Check magic and header checksum; raises HeaderError with the reason."""
     magic, version, rtype, flags, length, seq, header_crc = HEADER.unpack(data)
     if magic != MAGIC:
@@ -202,7 +223,7 @@ def parse_header(data: bytes | memoryview) -> Header:
     return Header(version, rtype, flags, length, seq)
 
 
-def check_payload(payload: bytes | memoryview, trailer: bytes | memoryview) -> bool:
+def check_payload(payload: bytes | bytearray | memoryview, trailer: bytes | bytearray | memoryview) -> bool:
     """True when the payload matches its crc32c trailer."""
     return crc(payload) == _U32.unpack(trailer)[0]
 

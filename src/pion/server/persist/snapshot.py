@@ -11,7 +11,7 @@ File layout (little-endian)::
     32     4    header_crc   crc32c of bytes 0..31
     36     ...  records      framed exactly like WAL records (see records.py), seq 0:
                              V.CREATE / KV.PREFIX.REGISTER / V.STOREBATCH (each layer in
-                             chunks of at most 4 MiB of rows) / SET ...
+                             chunks of at most 64 MiB of rows) / SET ...
     end    ...  SNAPSHOT.END records i (count before it), begin_seq i, end_seq i
 
 Worked example: an empty store saved at seq 5 is the 36-byte header

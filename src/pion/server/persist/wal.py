@@ -193,11 +193,11 @@ class WalWriter:
         while self.synced_seq < target:
             if self._sync_future is None:
                 self._sync_future = asyncio.ensure_future(self._group_sync())
-            future = self._sync_future
-            await asyncio.shield(future)
-            if future.exception() is not None:
+            try:
+                await asyncio.shield(self._sync_future)
+            except OSError as e:
                 raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): "
-                                   f"fsync failed: {future.exception()}", code="MISCONF")
+                                   f"fsync failed: {e.strerror or e}", code="MISCONF") from e
 
     async def _group_sync(self) -> None:
         loop = asyncio.get_running_loop()

