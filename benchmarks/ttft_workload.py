@@ -235,6 +235,7 @@ def print_tables(work: WorkloadResult, sweep: list[SweepRow]) -> None:
 
 def plot(work: WorkloadResult, sweep: list[SweepRow], path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -247,6 +248,7 @@ def plot(work: WorkloadResult, sweep: list[SweepRow], path: Path) -> None:
     left.set(xscale="log", yscale="log", xlabel="prefix tokens", ylabel="TTFT (ms)",
              title="SmolLM2-135M, CPU: TTFT vs prefix length")
     left.set_xticks(xs, [str(x) for x in xs])
+    left.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     left.grid(True, which="both", alpha=0.3)
     left.legend()
     cold, warm = statistics.mean(work.cold_ms), statistics.mean(work.warm_ms)

@@ -267,3 +267,19 @@ def test_quantized_formats_keep_the_next_token_distribution(
         assert pc.stats()["hits"] == 5
     assert agree >= 4
     assert max(kls) < 0.5
+
+
+def test_server_decoded_f16_and_client_decoded_raw_restores_agree(
+        smollm: tuple[Any, Any], shared_pion_server: ServerProcess) -> None:
+    model, tok = smollm
+    prefix, suffix = _prompt(tok, 0)
+    logprobs = {}
+    for restore_dtype in ("raw", "f16"):
+        with PionPromptCache(model, vquant="turbo4", port=shared_pion_server.port,
+                             restore_dtype=restore_dtype) as pc:  # type: ignore[arg-type]
+            pc.get_or_prefill(prefix)
+            warm = pc.get_or_prefill(prefix)
+            assert pc.stats()["hits"] == 1
+            logprobs[restore_dtype] = _next_token_logprobs(model, suffix, warm)
+    assert int(torch.argmax(logprobs["raw"])) == int(torch.argmax(logprobs["f16"]))
+    assert float(torch.max(torch.abs(logprobs["raw"].exp() - logprobs["f16"].exp()))) < 0.01

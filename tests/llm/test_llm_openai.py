@@ -203,3 +203,19 @@ def test_a_full_queue_answers_429_and_a_disconnect_cancels_generation(llm: LlmPr
     cancelled = [line for line in llm.log().splitlines() if "generation cancelled after" in line]
     assert len(cancelled) == 1
     assert int(cancelled[0].split("after ")[1].split()[0]) < 400
+
+
+def test_an_abandoned_non_stream_request_stops_generating(llm: LlmProcess) -> None:
+    def cancelled_lines() -> list[str]:
+        return [line for line in llm.log().splitlines() if "generation cancelled after" in line]
+
+    before = len(cancelled_lines())
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Count from one to a thousand."}],
+            "max_tokens": 400, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{llm.url}/v1/chat/completions", json=body, timeout=httpx.Timeout(30.0, read=1.5))
+    deadline = time.monotonic() + 60
+    while len(cancelled_lines()) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(cancelled_lines()) == before + 1
+    assert int(cancelled_lines()[-1].split("after ")[1].split()[0]) < 400

@@ -167,3 +167,18 @@ def test_segments_and_the_active_wal_replay_in_sequence_order(tmp_path: Path) ->
     layout = DataLayout(tmp_path)
     assert [p.name for p in layout.wal_files()] == ["pion.vstore.0.wal.00000000000000000001", "pion.vstore.0.wal"]
     assert _replay(layout) == [(int(t), _normalize(f)) for t, f in records]
+
+
+def test_recovery_of_a_large_store_logs_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    import pion.server.persist.recovery as recovery
+    layout = DataLayout(tmp_path)
+    _write_wal(layout, _records(30))
+    monkeypatch.setattr(recovery, "PROGRESS_MIN_BYTES", 0)  # "large" = everything, for the test
+    monkeypatch.setattr(recovery, "PROGRESS_INTERVAL_S", 0.0)
+    with caplog.at_level(logging.INFO, logger="pion.persist"):
+        _replay(layout)
+    progress = [r.getMessage() for r in caplog.records if "% " in r.getMessage() or "%)" in r.getMessage()]
+    assert len(progress) >= 10
+    assert progress[-1].startswith("recovery: ")
+    assert "recovered 0 snapshot records and 30 WAL records" in caplog.text

@@ -41,15 +41,17 @@ def test_always_waits_for_an_fsync_started_after_the_append(tmp_path: Path) -> N
 
     async def main() -> None:
         wal.append(RecordType.FLUSHALL, {})
+        wal._fd_lock.acquire()  # hold the next fsync at the door
         first = asyncio.ensure_future(wal.sync_barrier())
-        for _ in range(3):  # let the barrier start an fsync that covers record 1 only
-            await asyncio.sleep(0)
-        wal.append(RecordType.FLUSHALL, {})
-        await wal.sync_barrier()
+        await asyncio.sleep(0.3)  # the helper thread has noted "covers seq 1" and waits
+        wal.append(RecordType.FLUSHALL, {})  # written while that fsync is pending
+        wal._fd_lock.release()
         await first
+        assert wal.synced_seq == 1
+        await wal.sync_barrier()
+        assert wal.synced_seq == 2
 
     asyncio.run(main())
-    assert wal.synced_seq == 2
     assert wal.fsyncs == 2
     wal.close()
 

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -27,18 +27,25 @@ class LlmProcess:
     port: int
     proc: subprocess.Popen[bytes]
     log_path: Path
+    _clients: list[OpenAI] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def openai(self, **kwargs: object) -> OpenAI:
-        return OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, **kwargs)  # type: ignore[arg-type]
+    def openai(self) -> OpenAI:
+        """One openai SDK client per process (closed by ``stop``, so no socket outlives the test)."""
+        if not self._clients:
+            self._clients.append(OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0))
+        return self._clients[0]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -83,10 +83,14 @@ class PromptPlan:
 
 @dataclass
 class SegmentKV:
-    """One segment's K and V rows: ``[n_layers, n_kv_heads, n_tokens, head_dim]`` per side."""
+    """One segment's K and V rows: ``[n_layers, n_kv_heads, n_tokens, head_dim]`` per side.
 
-    keys: torch.Tensor
-    values: torch.Tensor
+    Tensors when prefilled here; read-only fp16 numpy views over the reply bytes when fetched from
+    pion-server (converted once, while the cache is assembled).
+    """
+
+    keys: torch.Tensor | np.ndarray
+    values: torch.Tensor | np.ndarray
     prefill_ms: float | None = None  # measured cold prefill of these tokens, when known
 
     @property
@@ -174,20 +178,41 @@ def plan_text(ids: Sequence[int], chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> P
 
 
 def cache_from_segments(model: Any, segments: Sequence[SegmentKV]) -> Any:
-    """A ``DynamicCache`` holding the concatenated rows of ``segments`` (empty when there are none)."""
+    """A ``DynamicCache`` holding the concatenated rows of ``segments`` (empty when there are none).
+
+    Each layer is assembled once in a preallocated tensor: every segment's rows are converted to the
+    model's dtype and transposed in the same copy, then handed to ``DynamicCache.update``.
+    """
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
     if not segments:
         return cache
     param = next(model.parameters())
-    for layer in range(int(segments[0].keys.shape[0])):
-        keys = torch.cat([s.keys[layer] for s in segments], dim=1) if len(segments) > 1 else segments[0].keys[layer]
-        values = (torch.cat([s.values[layer] for s in segments], dim=1) if len(segments) > 1
-                  else segments[0].values[layer])
-        cache.update(keys.unsqueeze(0).to(device=param.device, dtype=param.dtype),
-                     values.unsqueeze(0).to(device=param.device, dtype=param.dtype), layer)
+    n_layers, n_kv_heads, _, head_dim = segments[0].keys.shape
+    n_total = sum(s.n_tokens for s in segments)
+    for layer in range(int(n_layers)):
+        sides = []
+        for pick in (lambda s: s.keys, lambda s: s.values):
+            dest = torch.empty((1, int(n_kv_heads), n_total, int(head_dim)), dtype=param.dtype)
+            start = 0
+            for seg in segments:
+                _copy_rows(dest[0, :, start:start + seg.n_tokens], pick(seg)[layer])
+                start += seg.n_tokens
+            sides.append(dest.to(param.device))
+        cache.update(sides[0], sides[1], layer)
     return cache
+
+
+def _copy_rows(dest: torch.Tensor, src: torch.Tensor | np.ndarray) -> None:
+    """Copy [H, n, D] rows into ``dest`` (a view), converting dtype in the same pass."""
+    if isinstance(src, np.ndarray):
+        if dest.dtype in (torch.float32, torch.float16):
+            dest.numpy()[...] = src  # numpy reads the read-only reply buffer directly
+        else:
+            dest.copy_(torch.from_numpy(np.ascontiguousarray(src)))
+    else:
+        dest.copy_(src)
 
 
 def segment_from_cache(cache: Any, start: int, end: int) -> SegmentKV:

@@ -171,7 +171,8 @@ class PionSegmentStore:
             logger.warning("segment %s has unexpected rows (%s); treated as missing", link.namespace, exc)
             return None
 
-    def _side(self, blobs: Sequence[bytes], n_tokens: int) -> torch.Tensor:
+    def _side(self, blobs: Sequence[bytes], n_tokens: int) -> np.ndarray:
+        """[L, H, n, D] fp16 view of one side's reply (no copy; converted when the cache is built)."""
         shape = self.shape
         if len(blobs) != shape.n_layers:
             raise ValueError(f"{len(blobs)} layers, expected {shape.n_layers}")
@@ -179,7 +180,7 @@ class PionSegmentStore:
         if flat.size != shape.n_layers * n_tokens * shape.kv_dim:
             raise ValueError(f"{flat.size} values, expected {shape.n_layers}x{n_tokens}x{shape.kv_dim}")
         rows = flat.reshape(shape.n_layers, n_tokens, shape.n_kv_heads, shape.head_dim)
-        return torch.from_numpy(rows.copy()).permute(0, 2, 1, 3)
+        return rows.transpose(0, 2, 1, 3)
 
     def credit(self, links: Sequence[ChainLink], n_tokens: int, prefill_ms: float | None) -> None:
         conn = self._conn()
@@ -202,8 +203,7 @@ class PionSegmentStore:
         pipe.kv_prefix_register(link.namespace, shape.kv_dim, self.vquant, layers=shape.n_layers,
                                 prefill_ms=rows.prefill_ms)
         for sid, side in ((k_session(link.namespace), rows.keys), (v_session(link.namespace), rows.values)):
-            # [L, H, n, D] -> [L, n, H*D] fp16: one token's row is kv_dim contiguous values.
-            blob = side.permute(0, 2, 1, 3).to(torch.float16).contiguous().numpy()
+            blob = _wire_rows(side)
             for layer in range(shape.n_layers):
                 pipe.v_storebatch(sid, layer, 0, blob[layer].tobytes(), dtype="f16")
         try:
@@ -236,3 +236,10 @@ class PionSegmentStore:
         if not up:
             out["warning"] = f"pion-server unavailable, serving uncached: {error}"
         return out
+
+
+def _wire_rows(side: torch.Tensor | np.ndarray) -> np.ndarray:
+    """[L, H, n, D] -> contiguous [L, n, H*D] little-endian fp16 (one token's row is kv_dim values)."""
+    if isinstance(side, np.ndarray):
+        return np.ascontiguousarray(side.transpose(0, 2, 1, 3), dtype="<f2")
+    return side.permute(0, 2, 1, 3).to(torch.float16).contiguous().numpy()

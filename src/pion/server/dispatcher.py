@@ -23,7 +23,8 @@ from typing import Any
 from pion.common.errors import CommandError, clip_for_echo
 from pion.server.commands.spec import CommandSpec, Handler
 from pion.server.context import CommandContext
-from pion.server.resp.encoder import encode_error, encode_reply
+from pion.server.resp.encoder import BULK_HEADS, OK_BYTES, encode_error, encode_reply
+from pion.server.resp.replies import OK
 
 log = logging.getLogger("pion.server.dispatcher")
 
@@ -106,7 +107,13 @@ class Dispatcher:
                 waiter = self.write_barrier()
                 if waiter is not None:
                     return self._reply_after(waiter, result, ctx, out)
-            encode_reply(result, client.protocol == 3, out)
+            # Inline the commonest replies (small bulk, +OK) to save the encoder call.
+            if type(result) is bytes and len(result) < 1024:
+                out.append(BULK_HEADS[len(result)] + result + b"\r\n")
+            elif result is OK:
+                out.append(OK_BYTES)
+            else:
+                encode_reply(result, client.protocol == 3, out)
         except CommandError as exc:
             out.append(encode_error(exc.code, exc.message))
         except Exception:

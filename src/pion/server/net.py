@@ -120,14 +120,19 @@ class Connection(asyncio.Protocol):
     # ---- request processing ------------------------------------------------------------
     def _process(self) -> None:
         """Run every complete request in the parser's buffer, in order, until blocked."""
+        if self.busy or self.write_paused or self.closing:
+            return
         reader = self.reader
         out = self.out
         execute = self.dispatcher.execute
         ctx = self.ctx
         client = self.client
         slow_s = self.dispatcher.slow_s
+        bulk_check_at = self.max_bulk - RECV_SLACK
         started = self.last_active = _perf_counter()
-        while not (self.busy or self.write_paused or self.closing):
+        # busy/write_paused/closing only change in the branches that return below or
+        # during a write (pause_writing, output limit), so they are re-checked after one.
+        while True:
             try:
                 request = reader.gets()
             except hiredis.ProtocolError as exc:
@@ -144,7 +149,7 @@ class Connection(asyncio.Protocol):
                 if type(arg) is not bytes:
                     self._protocol_error("expected '$', got something else inside a request")
                     return
-            if self.fed_since_frame + RECV_SLACK > self.max_bulk:
+            if self.fed_since_frame > bulk_check_at:
                 if max(map(len, request)) > self.max_bulk:
                     self._protocol_error("invalid bulk length")
                     return
@@ -162,6 +167,8 @@ class Connection(asyncio.Protocol):
                 return
             if len(out) >= FLUSH_EVERY:
                 self._flush()
+                if self.write_paused or self.closing:
+                    break
         self._flush()
         if self.fed_since_frame > self.query_limit and reader.has_data():
             log.warning("closing client id=%d addr=%s: request larger than "

@@ -87,14 +87,14 @@ class RestoredKv:
         (self.keys if side == "k" else self.values)[layer] = view
 
     def _layers(self, dtype: torch.dtype, device: torch.device, materialize: bool) -> list[tuple[Any, Any]]:
-        missing = [i for i in range(self.shape.n_layers) if self.keys[i] is None or self.values[i] is None]
-        if missing:
-            raise ValueError(f"restored prefix lacks layers {missing}")
+        pairs = [(k, v) for k, v in zip(self.keys, self.values, strict=True) if k is not None and v is not None]
+        if len(pairs) != self.shape.n_layers:
+            raise ValueError(f"restored prefix has {len(pairs)} of {self.shape.n_layers} layers")
         if not materialize:
-            return [(k.to(device), v.to(device)) for k, v in zip(self.keys, self.values, strict=True)]
+            return [(k.to(device), v.to(device)) for k, v in pairs]
         dims = (self.shape.n_layers, 1, self.shape.n_kv_heads, self.n_tokens, self.shape.head_dim)
         out_k, out_v = torch.empty(dims, dtype=dtype), torch.empty(dims, dtype=dtype)
-        for i, (k, v) in enumerate(zip(self.keys, self.values, strict=True)):
+        for i, (k, v) in enumerate(pairs):
             out_k[i].copy_(k)
             out_v[i].copy_(v)
         out_k, out_v = out_k.to(device), out_v.to(device)

@@ -12,7 +12,6 @@ reusable for another suffix.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 import time
@@ -53,9 +52,9 @@ def load_model(name_or_path: str | os.PathLike[str] | None = None, device: str |
     torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else (dtype or torch.float32)
     target = torch.device(device) if device is not None else default_device()
     model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=torch_dtype, local_files_only=True)
-    model.to(target)
+    model.to(target)  # type: ignore[arg-type]
     model.eval()
-    model.pion_model_id = resolved.model_id
+    model.pion_model_id = resolved.model_id  # type: ignore[assignment]
     tokenizer = AutoTokenizer.from_pretrained(resolved.path, local_files_only=True)
     return model, tokenizer
 
@@ -74,10 +73,16 @@ def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
     return [int(t) for t in prompt]
 
 
-@functools.cache
+_CACHE_ARGUMENT: dict[type, str] = {}
+
+
 def _cache_argument(model_class: type) -> str:
     """transformers 5.x renames ``past_key_values`` to ``cache``; use whichever forward() takes."""
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+    name = _CACHE_ARGUMENT.get(model_class)
+    if name is None:
+        params = inspect.signature(model_class.forward).parameters  # type: ignore[attr-defined]
+        name = _CACHE_ARGUMENT[model_class] = "cache" if "cache" in params else "past_key_values"
+    return name
 
 
 def cache_forward_kwargs(model: Any, cache: Any) -> dict[str, Any]:

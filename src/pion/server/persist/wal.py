@@ -30,9 +30,10 @@ closing a descriptor that a helper thread is syncing.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -44,6 +45,7 @@ from pion.server.persist.records import RecordType, frame
 
 FsyncPolicy = Literal["always", "everysec", "no"]
 FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
+GIL_SWITCH_INTERVAL_S = 0.0005
 log = logging.getLogger("pion.persist")
 
 
@@ -70,13 +72,14 @@ class WalWriter:
         self.write_errors = 0
         self.fsyncs = 0
         self.fsync_seconds = 0.0
-        self._sync_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pion-wal-fsync")
-        self._sync_future: asyncio.Future[None] | None = None
-        # Group commit: how many records the last fsync covered and how long it took; the
-        # next fsync waits (briefly) for that many writers to come back.
-        self._last_batch = 0
-        self._last_sync_s = 0.0
-        self._batch_ready: asyncio.Future[None] | None = None
+        self.last_batch = 0  # records covered by the last group fsync
+        # appendfsync always: replies waiting for their records' fsync (oldest first), and the
+        # helper thread that runs group fsyncs back to back (started on the first barrier).
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = threading.Condition()
+        self._group: threading.Thread | None = None
+        self._sync_issued = self.last_seq
         self._stop = threading.Event()
         self._everysec: threading.Thread | None = None
         if policy == "everysec":
@@ -122,9 +125,6 @@ class WalWriter:
                 code="MISCONF") from e
         self._offset = good + written
         self.last_seq = seq
-        ready = self._batch_ready
-        if ready is not None and seq - self.synced_seq >= self._last_batch and not ready.done():
-            ready.set_result(None)
         if self.misconf is not None:
             log.warning("WAL writes succeed again; leaving the MISCONF state")
             self.misconf = None
@@ -184,51 +184,68 @@ class WalWriter:
     async def sync_barrier(self) -> None:
         """Return once every record appended so far is on stable storage (``always`` only).
 
-        Concurrent callers share fdatasync calls (group commit). Raises
-        CommandError(MISCONF) if the fsync fails.
+        Concurrent callers share fdatasync calls (group commit): a helper thread runs them
+        back to back, each covering every record appended before it started, and wakes the
+        callers it covered. Raises CommandError(MISCONF) if that fsync fails.
         """
         if self.policy != "always":
             return
         target = self.last_seq
-        while self.synced_seq < target:
-            if self._sync_future is None:
-                self._sync_future = asyncio.ensure_future(self._group_sync())
-            try:
-                await asyncio.shield(self._sync_future)
-            except OSError as e:
-                raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): "
-                                   f"fsync failed: {e.strerror or e}", code="MISCONF") from e
-
-    async def _group_sync(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await self._gather_batch(loop)
-            covered = self.last_seq  # everything written before fdatasync starts is covered by it
-            started = time.monotonic()
-            await loop.run_in_executor(self._sync_pool, self._sync_fd)
-        except OSError as e:
-            self._fail(f"fsync failed: {e.strerror or e}")
-            raise
-        finally:
-            self._sync_future = None
-        self._last_sync_s = time.monotonic() - started
-        self._last_batch = covered - self.synced_seq
-        self.synced_seq = max(self.synced_seq, covered)
-
-    async def _gather_batch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until as many records are pending as the last fsync covered, at most half an
-        fsync's time (0.2..5 ms). N clients each waiting for their reply then share one fsync
-        instead of splitting into two cohorts that alternate (like Redis's one-fsync-per-loop)."""
-        if self._last_batch <= 1 or self.last_seq - self.synced_seq >= self._last_batch:
+        if self.synced_seq >= target:
             return
-        ready: asyncio.Future[None] = loop.create_future()
-        self._batch_ready = ready
-        timer = loop.call_later(min(max(self._last_sync_s / 2, 0.0002), 0.005), _resolve, ready)
+        if self._group is None:
+            # The helper thread needs the GIL for a moment between fsyncs; a busy loop thread
+            # would otherwise hold it for the default 5 ms switch interval.
+            sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+            self._loop = asyncio.get_running_loop()
+            self._group = threading.Thread(target=self._group_sync_loop, name="pion-wal-group-fsync",
+                                           daemon=True)
+            self._group.start()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, waiter))
+        with self._wake:
+            self._wake.notify()
         try:
-            await ready
-        finally:
-            timer.cancel()
-            self._batch_ready = None
+            await waiter
+        except OSError as e:
+            raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): "
+                               f"fsync failed: {e.strerror or e}", code="MISCONF") from e
+
+    def _group_sync_loop(self) -> None:
+        """Helper thread: fdatasync while records wait, then tell the loop which seq is durable."""
+        loop = self._loop
+        while loop is not None:
+            with self._wake:
+                while self.last_seq <= self._sync_issued and not self._stop.is_set():
+                    self._wake.wait(0.5)
+            if self._stop.is_set():
+                return
+            covered = self.last_seq  # every record written before fdatasync starts is covered
+            error: OSError | None = None
+            try:
+                self._sync_fd()
+            except OSError as e:
+                error = e
+            self._sync_issued = covered
+            try:
+                loop.call_soon_threadsafe(self._synced, covered, error)
+            except RuntimeError:  # the loop is closed: shutting down
+                return
+
+    def _synced(self, covered: int, error: OSError | None) -> None:
+        """On the loop: answer the writers whose records the last group fsync covered."""
+        if error is None:
+            self.last_batch = covered - self.synced_seq
+            self.synced_seq = max(self.synced_seq, covered)
+        else:
+            self._fail(f"fsync failed: {error.strerror or error}")
+        while self._waiters and self._waiters[0][0] <= covered:
+            _, waiter = self._waiters.popleft()
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
 
     def sync_now(self) -> None:
         """fdatasync on the calling thread (shutdown, tests, before rotation)."""
@@ -284,19 +301,17 @@ class WalWriter:
         """Stop the fsync thread, fsync what was written (under every policy: a clean
         shutdown loses nothing) and close the file."""
         self._stop.set()
-        if self._everysec is not None:
-            self._everysec.join(timeout=5.0)
+        with self._wake:
+            self._wake.notify_all()
+        for thread in (self._everysec, self._group):
+            if thread is not None:
+                thread.join(timeout=5.0)
         try:
             if self.last_seq > self.synced_seq:
                 self.sync_now()
         except OSError as e:
             log.error("fsync of %s at shutdown failed: %s", self.layout.wal_path, e)
-        self._sync_pool.shutdown(wait=True)
         with self._fd_lock:
             os.close(self._fd)
             self._fd = -1
 
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

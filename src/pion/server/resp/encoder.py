@@ -30,6 +30,8 @@ _NULL2 = b"$-1\r\n"
 _NULL3 = b"_\r\n"
 _NULL_ARRAY2 = b"*-1\r\n"
 _INTS = [b":%d\r\n" % i for i in range(-1, 1025)]
+BULK_HEADS = [b"$%d\r\n" % n for n in range(1024)]
+_SIMPLE: dict[str, bytes] = {}  # rendered simple strings (+OK, +PONG, +HIT, ...)
 
 
 class EncodeError(TypeError):
@@ -55,6 +57,10 @@ def encode_reply(value: Any, resp3: bool, out: list[Any]) -> int:
     cls = type(value)
     if cls is bytes:
         n = len(value)
+        if n < 1024:
+            chunk = BULK_HEADS[n] + value + CRLF
+            out.append(chunk)
+            return len(chunk)
         if n < LARGE_PAYLOAD:
             chunk = b"$%d\r\n%b\r\n" % (n, value)
             out.append(chunk)
@@ -86,7 +92,11 @@ def encode_reply(value: Any, resp3: bool, out: list[Any]) -> int:
             total += encode_reply(item, resp3, out)
         return total
     if cls is SimpleString:
-        chunk = b"+" + value.text.encode() + CRLF
+        chunk = _SIMPLE.get(value.text)
+        if chunk is None:
+            chunk = b"+" + value.text.encode() + CRLF
+            if len(_SIMPLE) < 256:
+                _SIMPLE[value.text] = chunk
         out.append(chunk)
         return len(chunk)
     if cls is str:
