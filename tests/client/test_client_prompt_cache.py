@@ -277,9 +277,24 @@ def test_server_decoded_f16_and_client_decoded_raw_restores_agree(
     for restore_dtype in ("raw", "f16"):
         with PionPromptCache(model, vquant="turbo4", port=shared_pion_server.port,
                              restore_dtype=restore_dtype) as pc:  # type: ignore[arg-type]
-            pc.get_or_prefill(prefix)
-            warm = pc.get_or_prefill(prefix)
-            assert pc.stats()["hits"] == 1
+            ns = pc.namespace_for(prefix, "restore-dtype")
+            pc.get_or_prefill(prefix, ns)  # raw: miss and store; f16: already a hit
+            warm = pc.get_or_prefill(prefix, ns)
+            assert pc.stats()["hits"] == (1 if restore_dtype == "raw" else 2)
             logprobs[restore_dtype] = _next_token_logprobs(model, suffix, warm)
     assert int(torch.argmax(logprobs["raw"])) == int(torch.argmax(logprobs["f16"]))
     assert float(torch.max(torch.abs(logprobs["raw"].exp() - logprobs["f16"].exp()))) < 0.01
+
+
+def test_store_shares_the_prefix_part_of_a_cache_computed_with_its_suffix(
+        smollm: tuple[Any, Any], shared_pion_server: ServerProcess) -> None:
+    model, tok = smollm
+    prefix, suffix = _prompt(tok, 3)
+    full = prefill(model, prefix + suffix)
+    with PionPromptCache(model, vquant="fp32", port=shared_pion_server.port) as pc:
+        ns = pc.namespace_for(prefix, "store-api")
+        assert pc.store(prefix, full, namespace=ns, prefill_ms=12.0) is True
+        warm = pc.get_or_prefill(prefix, namespace=ns)
+        assert (pc.stats()["hits"], pc.stats()["misses"]) == (1, 0)
+    assert warm.get_seq_length() == len(prefix)
+    assert torch.equal(warm.layers[5].keys, full.layers[5].keys[:, :, :len(prefix)]) is True

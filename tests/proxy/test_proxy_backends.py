@@ -7,6 +7,7 @@ streaming, and the translated answer must come back from L1 on a paraphrase.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
@@ -120,3 +121,27 @@ def test_models_list_is_translated(setup: tuple[str, FakeBackend, ProxyProcess])
     name, _, proxy = setup
     ids = [m.id for m in proxy.openai().models.list().data]
     assert ids == [{"ollama": "gemma3:4b", "claude": "claude-3-5-sonnet-20241022", "gemini": "gemini-1.5-flash"}[name]]
+
+
+@pytest.mark.parametrize("embed_backend", ["ollama", "sie"])
+def test_external_embedder_sends_vectors_and_counts_its_calls(embed_backend: str, shared_pion_server: ServerProcess,
+                                                             fake_openai: FakeBackend, tmp_path: Path) -> None:
+    gen = running("ollama" if embed_backend == "ollama" else "sie")
+    embedder = next(gen)
+    url_flag = "--ollama-url" if embed_backend == "ollama" else "--sie-url"
+    proxy = start_proxy(tmp_path, "--backend", "vllm", "--backend-url", fake_openai.url, "--embed-backend",
+                        embed_backend, url_flag, embedder.url, *pion_args(shared_pion_server))
+    try:
+        msgs = _messages(f"embed-{embed_backend}", "How do I reset my password?")
+        client = proxy.openai()
+        first = client.chat.completions.with_raw_response.create(model="fake-model", messages=msgs)
+        second = client.chat.completions.with_raw_response.create(model="fake-model", messages=msgs)
+        assert (first.headers["x-pion-cache"], second.headers["x-pion-cache"]) == ("MISS", "HIT")
+        assert second.parse().choices[0].message.content == first.parse().choices[0].message.content
+        stats = proxy.stats()["embedder"]
+        assert stats["backend"] == embed_backend
+        assert stats["calls"][embed_backend] == 2
+        assert stats["calls"]["pion"] == 0
+    finally:
+        proxy.stop()
+        gen.close()

@@ -1,7 +1,7 @@
 """Small real HTTP servers speaking the documented wire formats of paid/remote LLM APIs.
 
 They stand in for OpenAI-compatible servers (when pion-llm is not available), Ollama
-(/api/chat NDJSON, /api/tags), Anthropic Messages (/v1/messages SSE events, /v1/models)
+(/api/chat NDJSON, /api/tags, /api/embed), an SIE embedding server (/v1/embeddings), Anthropic Messages (/v1/messages SSE events, /v1/models)
 and Gemini (generateContent / streamGenerateContent?alt=sse, /v1beta/models). Each runs
 uvicorn on a free 127.0.0.1 port in a thread.
 
@@ -132,11 +132,28 @@ def _ollama_app(state: FakeState) -> FastAPI:
 
         return StreamingResponse(gen(), media_type="application/x-ndjson")
 
+    @app.post("/api/embed")
+    async def embed(request: Request) -> Response:
+        body = json.loads(await request.body())
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        return JSONResponse({"model": body["model"], "embeddings": [bag_of_words_vector(t) for t in inputs]})
+
     @app.get("/api/tags")
     async def tags() -> Response:
         return JSONResponse({"models": [{"name": "gemma3:4b", "model": "gemma3:4b", "size": 1}]})
 
     return app
+
+
+def bag_of_words_vector(text: str, dim: int = 64) -> list[float]:
+    """A deterministic stand-in embedding: hashed word counts, unit length."""
+    import zlib
+
+    vec = [0.0] * dim
+    for word in text.lower().replace("?", " ").split():
+        vec[zlib.crc32(word.encode()) % dim] += 1.0
+    norm = sum(v * v for v in vec) ** 0.5 or 1.0
+    return [v / norm for v in vec]
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -230,7 +247,20 @@ def _gemini_app(state: FakeState) -> FastAPI:
     return app
 
 
-_APPS = {"openai": _openai_app, "ollama": _ollama_app, "anthropic": _anthropic_app, "gemini": _gemini_app}
+def _sie_app(state: FakeState) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        body = await _record(state, request)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        return JSONResponse({"object": "list", "model": body["model"], "data": [
+            {"object": "embedding", "index": i, "embedding": bag_of_words_vector(t)} for i, t in enumerate(inputs)]})
+
+    return app
+
+
+_APPS = {"openai": _openai_app, "sie": _sie_app, "ollama": _ollama_app, "anthropic": _anthropic_app, "gemini": _gemini_app}
 
 
 class FakeBackend:

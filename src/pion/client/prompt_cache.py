@@ -168,6 +168,7 @@ class PionPromptCache:
         except redis.RedisError as exc:
             logger.warning("KV.PREFIX.LOOKUP %s failed (%s); prefilling locally", ns, exc)
             self._stats.fallbacks += 1
+            self._stats.misses += 1
             return self._prefill(ids)
         lookup_ms = (time.perf_counter() - t0) * 1e3
         if hit:
@@ -175,7 +176,7 @@ class PionPromptCache:
                 cache = self._restore(ns, len(ids), lookup_ms)
                 self._stats.hits += 1
                 return cache
-            except (redis.RedisError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failed restore means "prefill locally" (spec)
                 logger.warning("restoring prefix %s from pion-server failed (%s); prefilling locally", ns, exc)
                 self._stats.fallbacks += 1
         self._stats.misses += 1

@@ -85,12 +85,12 @@ class PromptPlan:
 class SegmentKV:
     """One segment's K and V rows: ``[n_layers, n_kv_heads, n_tokens, head_dim]`` per side.
 
-    Tensors when prefilled here; read-only fp16 numpy views over the reply bytes when fetched from
+    In the model's dtype when prefilled here; fp16 views over the reply bytes when fetched from
     pion-server (converted once, while the cache is assembled).
     """
 
-    keys: torch.Tensor | np.ndarray
-    values: torch.Tensor | np.ndarray
+    keys: torch.Tensor
+    values: torch.Tensor
     prefill_ms: float | None = None  # measured cold prefill of these tokens, when known
 
     @property
@@ -197,22 +197,11 @@ def cache_from_segments(model: Any, segments: Sequence[SegmentKV]) -> Any:
             dest = torch.empty((1, int(n_kv_heads), n_total, int(head_dim)), dtype=param.dtype)
             start = 0
             for seg in segments:
-                _copy_rows(dest[0, :, start:start + seg.n_tokens], pick(seg)[layer])
+                dest[0, :, start:start + seg.n_tokens].copy_(pick(seg)[layer])
                 start += seg.n_tokens
             sides.append(dest.to(param.device))
         cache.update(sides[0], sides[1], layer)
     return cache
-
-
-def _copy_rows(dest: torch.Tensor, src: torch.Tensor | np.ndarray) -> None:
-    """Copy [H, n, D] rows into ``dest`` (a view), converting dtype in the same pass."""
-    if isinstance(src, np.ndarray):
-        if dest.dtype in (torch.float32, torch.float16):
-            dest.numpy()[...] = src  # numpy reads the read-only reply buffer directly
-        else:
-            dest.copy_(torch.from_numpy(np.ascontiguousarray(src)))
-    else:
-        dest.copy_(src)
 
 
 def segment_from_cache(cache: Any, start: int, end: int) -> SegmentKV:

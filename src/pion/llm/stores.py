@@ -171,16 +171,18 @@ class PionSegmentStore:
             logger.warning("segment %s has unexpected rows (%s); treated as missing", link.namespace, exc)
             return None
 
-    def _side(self, blobs: Sequence[bytes], n_tokens: int) -> np.ndarray:
-        """[L, H, n, D] fp16 view of one side's reply (no copy; converted when the cache is built)."""
+    def _side(self, blobs: Sequence[bytes], n_tokens: int) -> torch.Tensor:
+        """[L, H, n, D] fp16 view of one side's reply; converted to the model dtype when the cache is built."""
         shape = self.shape
         if len(blobs) != shape.n_layers:
             raise ValueError(f"{len(blobs)} layers, expected {shape.n_layers}")
-        flat = np.frombuffer(b"".join(blobs), dtype="<f2")
-        if flat.size != shape.n_layers * n_tokens * shape.kv_dim:
-            raise ValueError(f"{flat.size} values, expected {shape.n_layers}x{n_tokens}x{shape.kv_dim}")
-        rows = flat.reshape(shape.n_layers, n_tokens, shape.n_kv_heads, shape.head_dim)
-        return rows.transpose(0, 2, 1, 3)
+        buf = bytearray().join(blobs)  # one memcpy into a writable buffer torch can wrap without copying
+        expected = shape.n_layers * n_tokens * shape.kv_dim * 2
+        if len(buf) != expected:
+            raise ValueError(f"{len(buf)} bytes, expected {expected} "
+                             f"({shape.n_layers}x{n_tokens}x{shape.kv_dim} fp16)")
+        rows = torch.frombuffer(buf, dtype=torch.float16) if buf else torch.empty(0, dtype=torch.float16)
+        return rows.view(shape.n_layers, n_tokens, shape.n_kv_heads, shape.head_dim).permute(0, 2, 1, 3)
 
     def credit(self, links: Sequence[ChainLink], n_tokens: int, prefill_ms: float | None) -> None:
         conn = self._conn()
@@ -238,8 +240,6 @@ class PionSegmentStore:
         return out
 
 
-def _wire_rows(side: torch.Tensor | np.ndarray) -> np.ndarray:
+def _wire_rows(side: torch.Tensor) -> np.ndarray:
     """[L, H, n, D] -> contiguous [L, n, H*D] little-endian fp16 (one token's row is kv_dim values)."""
-    if isinstance(side, np.ndarray):
-        return np.ascontiguousarray(side.transpose(0, 2, 1, 3), dtype="<f2")
     return side.permute(0, 2, 1, 3).to(torch.float16).contiguous().numpy()

@@ -120,7 +120,7 @@ class ChatCompletions:
         usable, vector = await self.embedder.vector(last_user_text(body) or "")
         if not usable:
             return look
-        look.scope = scope_of(body, self.backend.name, model)
+        look.scope = scope_of(body, self.backend.name, model, self.embedder.space)
         look.text, look.vector, look.store = last_user_text(body) or "", vector, policy.store
         if not policy.lookup:
             return look

@@ -25,6 +25,15 @@ class EmbedderChoice:
         self.backend: str | None = None if config.embed_backend == "auto" else config.embed_backend
         self.calls = {"sie": 0, "ollama": 0, "pion": 0}
 
+    @property
+    def space(self) -> str:
+        """Names the vector space for scoping: backend plus model where the proxy embeds."""
+        if self.backend == "sie":
+            return f"sie:{self._config.sie_model}"
+        if self.backend == "ollama":
+            return f"ollama:{self._config.ollama_embed_model}"
+        return "pion"
+
     async def resolve(self) -> str | None:
         """Settle ``auto``: pion when the server embeds, else sie / ollama."""
         if self.backend is not None:

@@ -2,7 +2,7 @@
 
 The scope is a hard partition applied before any similarity: the SHA-256 of everything
 that could change the answer besides the last user message (backend, model, system
-prompt, tools, response_format and every earlier turn). Two requests share a scope only
+prompt, tools, response_format and every earlier turn), plus the embedder. Two requests share a scope only
 when all of that is byte-identical, so a paraphrase in another conversation never hits.
 """
 
@@ -31,11 +31,14 @@ class CachePolicy:
     reason: str = ""
 
 
-def scope_of(body: Mapping[str, Any], backend: str, model: str) -> ScopeKey:
-    """The scope hash of a chat-completions request (all but its last message)."""
+def scope_of(body: Mapping[str, Any], backend: str, model: str, embedder: str = "pion") -> ScopeKey:
+    """The scope hash of a chat-completions request (all but its last message).
+
+    ``embedder`` names the vector space: vectors of different embedders never share a scope.
+    """
     messages = list(body.get("messages") or [])
     parts = {
-        "v": SCOPE_VERSION, "backend": backend, "model": model,
+        "v": SCOPE_VERSION, "backend": backend, "model": model, "embedder": embedder,
         "history": messages[:-1],
         **{k: body[k] for k in _SCOPE_FIELDS if body.get(k) is not None},
     }
