@@ -138,7 +138,8 @@ def _e2e_run(proxy_url: str, model: str, pairs: list[dict], n_miss: int, n_hit: 
     import httpx
 
     lat: dict[str, list[float]] = {"MISS": [], "HIT": []}
-    body = {"model": model, "max_tokens": 32, "temperature": 0.0}
+    # stop at the first newline so SmolLM2 answers finish by "stop" (only those are cached)
+    body = {"model": model, "max_tokens": 64, "temperature": 0.0, "stop": ["\n"]}
     with httpx.Client(base_url=proxy_url, timeout=120) as http:
         def ask(q: str) -> tuple[str, float]:
             t1 = time.perf_counter()
@@ -153,6 +154,8 @@ def _e2e_run(proxy_url: str, model: str, pairs: list[dict], n_miss: int, n_hit: 
             lat[state].append(ms)
             stored.append(p)
         hitting = [p for p in stored if ask(p["b"])[0] == "HIT"]
+        if not hitting:
+            raise SystemExit("no paraphrase hit: were the backend's answers finished by 'stop'?")
         for i in range(n_hit):
             state, ms = ask(hitting[i % len(hitting)]["b"])
             lat[state].append(ms)
@@ -190,7 +193,7 @@ def bench_e2e(n_miss: int, n_hit: int, backend: str) -> None:
             if stop_backend is not None:
                 stop_backend()
             server.stop()
-    print(f"\npion-serve end to end ({backend} backend, max_tokens 32, httpx keep-alive client)\n")
+    print(f"\npion-serve end to end ({backend} backend, max_tokens 64, stop at newline, httpx keep-alive client)\n")
     print("| outcome | requests | p50 ms | p99 ms |")
     print("|---|---|---|---|")
     for state in ("MISS", "HIT"):

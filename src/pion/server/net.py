@@ -66,6 +66,7 @@ class Connection(asyncio.Protocol):
         self.max_bulk = server.state.config.proto_max_bulk_len
         self.query_limit = server.state.config.client_query_buffer_limit
         self.output_limit = server.state.config.client_output_buffer_limit
+        self.before_reply = server.before_reply  # the server's list: hooks added later count
 
     # ---- asyncio.Protocol callbacks -------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -83,6 +84,7 @@ class Connection(asyncio.Protocol):
         if len(self.server.clients) >= self.server.state.config.maxclients:
             log.warning("refusing client %s: maxclients (%d) reached", self.client.addr,
                         self.server.state.config.maxclients)
+            self.closing = True
             transport.write(b"-ERR max number of clients reached\r\n")
             transport.close()
             return
@@ -180,9 +182,9 @@ class Connection(asyncio.Protocol):
         out = self.out
         if not out or self.transport is None:
             return
-        if self.server.before_reply:
+        if self.before_reply:
             try:
-                for hook in self.server.before_reply:
+                for hook in self.before_reply:
                     hook()
             except Exception:
                 # Replies must not go out when what they acknowledge was not logged.
