@@ -130,8 +130,7 @@ class ModelWorker:
             job.emit("error", f"{type(exc).__name__}: {exc}")
 
 
-def create_app(model_name: str, max_queue: int, engine_factory: EngineFactory,
-               health_extra: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
+def create_app(model_name: str, max_queue: int, engine_factory: EngineFactory) -> FastAPI:
     """Build the app; ``engine_factory`` runs in a thread at start-up (the model load)."""
     metrics = LlmMetrics()
     worker = ModelWorker(max_queue, metrics)
@@ -192,8 +191,6 @@ def create_app(model_name: str, max_queue: int, engine_factory: EngineFactory,
         body["prefix_cache"] = store.status() if store is not None else {"backend": "off", "status": "off"}
         if "warning" in body["prefix_cache"]:
             body["warnings"] = [body["prefix_cache"]["warning"]]
-        if health_extra is not None:
-            body.update(health_extra())
         return JSONResponse(body)
 
     @app.get("/metrics")

@@ -29,6 +29,9 @@ class ClientState:
     created_at: float = 0.0
     last_command: str = ""
     close_after_reply: bool = False  # set by QUIT: the connection closes once the reply is sent
+    # (start, end) slices of the connection's unsent reply list holding write commands'
+    # replies: turned into -MISCONF if the WAL batch they depend on cannot be written.
+    write_marks: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass

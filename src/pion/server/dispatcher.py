@@ -76,6 +76,9 @@ class Dispatcher:
         # Set by the persistence family: after a write command, None (reply now) or an
         # awaitable that completes once its WAL records are fsynced (appendfsync always).
         self.write_barrier: Callable[[], Awaitable[None] | None] | None = None
+        # Set by the persistence family in batched mode: each write command's reply slice
+        # in ``out`` is recorded in ``client.write_marks`` (net.py may turn it into -MISCONF).
+        self.track_writes = False
 
     def execute(self, ctx: CommandContext, request: list[bytes],
                 out: list[Any]) -> Coroutine[Any, Any, None] | None:
@@ -101,6 +104,7 @@ class Dispatcher:
         client.last_command = entry.lname
         if entry.is_async:
             return self._run_async(entry, ctx, request, out)
+        start = len(out)
         try:
             result = entry.handler(ctx, request[1:])
             if entry.is_write and self.write_barrier is not None:
@@ -119,13 +123,17 @@ class Dispatcher:
         except Exception:
             log.exception("command %s failed", entry.lname)
             out.append(encode_error("ERR", _ERR_INTERNAL.format(entry.lname)))
+        if entry.is_write and self.track_writes:
+            client.write_marks.append((start, len(out)))
         return None
 
     async def _run_async(self, entry: _Entry, ctx: CommandContext, request: list[Any],
                          out: list[Any]) -> None:
         started = _perf_counter()
+        start = -1
         try:
             result = await entry.handler(ctx, request[1:])
+            start = len(out)
             if entry.is_write and self.write_barrier is not None:
                 waiter = self.write_barrier()
                 if waiter is not None:
@@ -136,6 +144,8 @@ class Dispatcher:
         except Exception:
             log.exception("command %s failed", entry.lname)
             out.append(encode_error("ERR", _ERR_INTERNAL.format(entry.lname)))
+        if entry.is_write and self.track_writes and start >= 0:
+            ctx.client.write_marks.append((start, len(out)))
         elapsed = _perf_counter() - started
         if elapsed > self.slow_s:
             self.log_slow(ctx, request, elapsed)

@@ -30,6 +30,7 @@ from typing import Any, cast
 
 import hiredis
 
+from pion.common.errors import CommandError
 from pion.server.context import ClientState, CommandContext, ServerState
 from pion.server.dispatcher import Dispatcher
 from pion.server.resp.encoder import encode_error
@@ -67,6 +68,8 @@ class Connection(asyncio.Protocol):
         self.query_limit = server.state.config.client_query_buffer_limit
         self.output_limit = server.state.config.client_output_buffer_limit
         self.before_reply = server.before_reply  # the server's list: hooks added later count
+        self.reply_pending = server.reply_pending
+        self.deferred = False  # waiting in the server's end-of-iteration flush
 
     # ---- asyncio.Protocol callbacks -------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -95,6 +98,7 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.server.clients.pop(self.client.client_id, None)
         self.out.clear()
+        self.client.write_marks.clear()
         self.server.connection_closed()
 
     def pause_writing(self) -> None:
@@ -171,29 +175,54 @@ class Connection(asyncio.Protocol):
                 self._flush()
                 if self.write_paused or self.closing:
                     break
-        self._flush()
+        self._end_batch()
         if self.fed_since_frame > self.query_limit and reader.has_data():
             log.warning("closing client id=%d addr=%s: request larger than "
                         "client-query-buffer-limit (%d bytes)", client.client_id,
                         client.addr, self.query_limit)
             self._protocol_error("request exceeds client-query-buffer-limit")
 
+    def _end_batch(self) -> None:
+        """Send this batch's replies, or, when a before-reply hook has work (buffered WAL
+        records), leave them for the server's end-of-iteration flush so that every client
+        served in this loop iteration shares one WAL write (and one fsync under always)."""
+        if self.out and not self.deferred and self.reply_pending:
+            for pending in self.reply_pending:
+                if pending():
+                    self.deferred = True
+                    self.server.defer_flush(self)
+                    return
+        if not self.deferred:
+            self._flush()
+
     def _flush(self) -> None:
         out = self.out
         if not out or self.transport is None:
             return
+        marks = self.client.write_marks
         if self.before_reply:
             try:
                 for hook in self.before_reply:
                     hook()
+            except CommandError as exc:
+                # The WAL batch could not be written: no write of this batch is acknowledged.
+                error = encode_error(exc.code, exc.message)
+                for start, end in marks:
+                    if start < len(out):
+                        out[start] = error
+                        for i in range(start + 1, min(end, len(out))):
+                            out[i] = b""
             except Exception:
                 # Replies must not go out when what they acknowledge was not logged.
                 log.exception("before-reply hook failed; dropping client id=%d without replies",
                               self.client.client_id)
                 out.clear()
+                marks.clear()
                 self.closing = True
                 self.transport.abort()
                 return
+        if marks:
+            marks.clear()
         if len(out) == 1:
             self.transport.write(out[0])
         else:
@@ -323,6 +352,11 @@ class PionServer:
         # Called before every batch of replies is written (a WAL's group commit: records
         # buffered while the batch ran become durable here, still before any reply leaves).
         self.before_reply: list[Callable[[], None]] = []
+        # True when a before_reply hook has work to do: connections then hand their replies
+        # to one flush at the end of the loop iteration (``defer_flush``) instead of writing.
+        # A hook may raise CommandError: the batch's write replies become that error.
+        self.reply_pending: list[Callable[[], bool]] = []
+        self._deferred: list[Connection] = []
         self.closing = False
         self._server: asyncio.Server | None = None
         self._all_closed = asyncio.Event()
@@ -332,6 +366,20 @@ class PionServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: Connection(self), host=cfg.bind,
                                                 port=cfg.port, backlog=511, reuse_address=True)
+
+    def defer_flush(self, conn: Connection) -> None:
+        """Flush ``conn``'s replies in the next loop turn, together with every other
+        connection deferred in this one (the first flush runs the hooks for all)."""
+        if not self._deferred:
+            asyncio.get_running_loop().call_soon(self._flush_deferred)
+        self._deferred.append(conn)
+
+    def _flush_deferred(self) -> None:
+        conns, self._deferred = self._deferred, []
+        for conn in conns:
+            conn.deferred = False
+            if not conn.closed:
+                conn._flush()
 
     @property
     def port(self) -> int:

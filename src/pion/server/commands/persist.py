@@ -7,8 +7,10 @@
 
 ``setup(state)`` runs after the store families (last in the table's module list):
 it recovers the V-store and keyspace from ``--dir`` before the listener opens,
-then attaches the journals (every mutation is logged before it is applied) and
-the dispatcher's write barrier (``--appendfsync always`` replies after fsync).
+then attaches the journals (every mutation is logged before it is applied, large
+records written at once, small ones buffered) and the server's ``before_reply`` hook
+that writes the buffer — and fsyncs under ``--appendfsync always`` — once per batch,
+before any reply of that batch is sent.
 A damaged data directory stops start-up with the recovery error's message.
 """
 
@@ -95,7 +97,12 @@ def setup(state: ServerState) -> None:
     persist.set_snapshot_source(lambda: snapshot_records(vstore, keyspace))
     server = state.components.get("server")
     if server is not None:
-        server.dispatcher.write_barrier = persist.write_barrier
+        # Group commit per event-loop batch: small records are buffered and written (and
+        # fsynced under always) once, before any reply of the batch leaves (net.py).
+        persist.enable_batching()
+        server.before_reply.append(persist.flush_batch)
+        server.reply_pending.append(persist.batch_pending)
+        server.dispatcher.track_writes = True
     state.components[COMPONENT] = persist
     log.info("persistence: data in %s, appendfsync %s, WAL %d bytes", config.data_dir, policy, persist.wal_bytes)
 

@@ -46,7 +46,7 @@ KEYSPACE_KINDS: dict[str, RecordType] = {
     "expire": RecordType.EXPIRE,
     "flush": RecordType.FLUSHALL,
 }
-NOT_PERSISTED = frozenset({"prefill_ms"})
+NOT_PERSISTED = frozenset({"prefill_ms"})  # StoreJournal.record tests "prefill_ms" first (hot path)
 SNAPSHOT_CHUNK_BYTES = 64 * 1024**2  # a layer up to this size reloads into an exact-fit buffer
 
 
@@ -67,7 +67,7 @@ class StoreJournal:
                                "by this build; refused so nothing unlogged is acknowledged")
         if self._skip is not None and self._skip(kind, fields):
             return
-        if NOT_PERSISTED.intersection(fields):
+        if "prefill_ms" in fields and NOT_PERSISTED.intersection(fields):
             fields = {k: v for k, v in fields.items() if k not in NOT_PERSISTED}
         self._append(rtype, fields)
 

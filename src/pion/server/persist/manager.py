@@ -9,7 +9,9 @@ Roles, in the order a worker uses them:
   on the event-loop thread. Raises CommandError(MISCONF) when the WAL cannot be
   written (nothing must then be changed).
 * ``await sync_barrier()`` — after a write command, before its reply (group
-  commit under ``appendfsync always``; immediate otherwise).
+  commit under ``appendfsync always``; immediate otherwise). The server uses the
+  batched form instead: ``enable_batching()`` once, then ``flush_batch()`` before
+  each batch of replies (one write, and one fsync under ``always``, per batch).
 * ``save(path=None)`` — foreground snapshot (KV.PREFIX.SAVE, SAVE); blocks the
   loop. ``start_bgsave()`` — background snapshot (BGSAVE, and automatically
   when the WAL passes ``wal_max_bytes``). Both need ``set_snapshot_source``.
@@ -102,8 +104,11 @@ class Persistence:
 
     def append(self, rtype: RecordType, fields: Mapping[str, Any]) -> int:
         """Log one mutation before it is applied; CommandError(MISCONF) if the WAL write fails."""
-        seq = self._writer().append(rtype, fields)
-        if self._writer().wal_bytes > self.options.wal_max_bytes:
+        wal = self.wal
+        if wal is None:
+            wal = self._writer()  # raises: not recovered yet
+        seq = wal.append(rtype, fields)
+        if wal.wal_bytes > self.options.wal_max_bytes:
             self._maybe_autosave()
         return seq
 
@@ -112,6 +117,21 @@ class Persistence:
         waiter = self.write_barrier()
         if waiter is not None:
             await waiter
+
+    def enable_batching(self) -> None:
+        """Buffer small records per event-loop batch; the server then calls ``flush_batch``
+        before each batch of replies (see ``wal.py``, batched mode)."""
+        self._writer().enable_batching()
+
+    def flush_batch(self) -> None:
+        """Write buffered records (and fsync under ``always``); CommandError(MISCONF) on failure."""
+        wal = self.wal
+        if wal is not None:
+            wal.flush_batch()
+
+    def batch_pending(self) -> bool:
+        wal = self.wal
+        return wal is not None and wal.batch_pending
 
     def write_barrier(self) -> Awaitable[None] | None:
         """For the dispatcher, after each write command: None when its reply may go out now,

@@ -162,13 +162,32 @@ def _field_name(name: str) -> bytes:
     return raw
 
 
+_TAG_I64 = struct.Struct("<cq")
+_TAG_U64 = struct.Struct("<cQ")
+
+
 def encode_fields(fields: Mapping[str, Any]) -> list[Any]:
-    """The payload as a list of buffers (bytes and zero-copy memoryviews)."""
+    """The payload as a list of buffers (bytes and zero-copy memoryviews).
+
+    Small bytes and ints (every keyspace record, most V-store ones) are appended
+    inline here; everything else goes through ``_encode_value``.
+    """
     parts: list[Any] = []
     out = bytearray(_U16.pack(len(fields)))
+    names = _NAMES
     for name, value in fields.items():
-        out += _field_name(name)
-        _encode_value(value, out, parts)
+        raw = names.get(name)
+        out += raw if raw is not None else _field_name(name)
+        kind = type(value)
+        if kind is bytes and len(value) < _ZERO_COPY_MIN:
+            out += _TAG_U64.pack(b"b", len(value))
+            out += value
+        elif kind is int:
+            out += _TAG_I64.pack(b"i", value)
+        elif value is None:
+            out += b"n"
+        else:
+            _encode_value(value, out, parts)
     if out:
         parts.append(bytes(out))
     return parts
@@ -177,14 +196,19 @@ def encode_fields(fields: Mapping[str, Any]) -> list[Any]:
 def frame(rtype: RecordType, seq: int, fields: Mapping[str, Any]) -> list[Any]:
     """One whole record as buffers ready for ``os.writev``: header, payload parts, trailer."""
     payload = encode_fields(fields)
-    length = sum(len(p) if not isinstance(p, memoryview) else p.nbytes for p in payload)
+    if len(payload) == 1:
+        data = payload[0]
+        length = len(data)
+        payload_crc = crc32c.crc32c(data)
+    else:
+        length = sum(len(p) if not isinstance(p, memoryview) else p.nbytes for p in payload)
+        payload_crc = 0
+        for part in payload:
+            payload_crc = crc(part, payload_crc)
     if length > MAX_PAYLOAD:
         raise RecordFormatError(f"record payload of {length} bytes exceeds 4 GiB")
     head = _HEADER_NO_CRC.pack(MAGIC, FORMAT_VERSION, int(rtype), 0, length, seq)
-    payload_crc = 0
-    for part in payload:
-        payload_crc = crc(part, payload_crc)
-    return [head + _U32.pack(crc(head)), *payload, _U32.pack(payload_crc)]
+    return [head + _U32.pack(crc32c.crc32c(head)), *payload, _U32.pack(payload_crc)]
 
 
 def frame_bytes(rtype: RecordType, seq: int, fields: Mapping[str, Any]) -> bytes:

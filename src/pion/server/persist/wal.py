@@ -22,6 +22,29 @@ Roles (Redis ``aof.c`` discipline):
 * ``rotate()`` — closes the active file as a segment (fsynced first) and opens
   a fresh one; a snapshot that begins at that moment makes the segment obsolete.
 
+Batched mode (``enable_batching()``, what the server uses; like Redis's ``aof_buf``):
+records under ``BATCH_MAX_RECORD`` bytes with no blob of 4 KB or more are copied into an in-memory buffer and the
+mutation is applied at once; ``flush_batch()`` — the server's ``before_reply`` hook,
+run once per event-loop batch before any reply of the batch reaches a socket — writes
+the whole buffer with one ``write`` and, under ``always``, fdatasyncs once for the
+batch (group commit: one fsync covers every client served in that loop iteration).
+Larger records (row blobs of V.STOREBATCH) are still written synchronously before
+they are applied (after the buffer, to keep the order), so a failure refuses them
+with nothing changed and their bytes are never copied into the buffer.
+
+A failed batch write is different from a failed synchronous append: the buffered
+mutations are already in memory. The partial bytes are cut, the records *stay in the
+buffer* (the WAL must keep matching memory: dropping them would make later records
+replay against missing state) and ``flush_batch`` raises ``CommandError(MISCONF)``;
+the network layer then turns the replies of that batch's write commands into
+``-MISCONF`` errors, so none of them is acknowledged. Every later append first retries
+the buffer and is refused (not applied) while that fails; once the disk takes writes
+again the buffered records reach the WAL in order. So a write answered ``-MISCONF``
+from a failed batch was applied in memory and becomes durable when the disk recovers
+(Redis behaves the same way with its AOF buffer under ``everysec``; under ``always``
+Redis exits instead). What never happens: a ``+OK`` for a record not written (and,
+under ``always``, not fsynced).
+
 Threads: appends, rotation and the MISCONF bookkeeping happen on the loop
 thread; fdatasync runs in a helper thread. ``_fd_lock`` keeps rotation from
 closing a descriptor that a helper thread is syncing.
@@ -46,6 +69,8 @@ from pion.server.persist.records import RecordType, frame
 FsyncPolicy = Literal["always", "everysec", "no"]
 FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
 GIL_SWITCH_INTERVAL_S = 0.0005
+BATCH_MAX_RECORD = 16 * 1024  # payloads up to this size, without a >= 4 KB blob, are buffered
+BATCH_MAX_BYTES = 1024 * 1024  # a buffer past this is written at once (still before any reply)
 log = logging.getLogger("pion.persist")
 
 
@@ -62,7 +87,10 @@ class WalWriter:
         self._fd = self._open_active()
         self._offset = os.fstat(self._fd).st_size
         self._segment_bytes = sum(p.stat().st_size for p in layout.segments())
-        self.last_seq = next_seq - 1
+        self.last_seq = next_seq - 1  # last record appended (batched mode: maybe still buffered)
+        self.written_seq = self.last_seq  # last record written to the file
+        self.batching = False
+        self._buf = bytearray()
         # Seq of the first record in the active file (names the segment it becomes).
         self.active_first_seq = next_seq if active_first_seq is None else active_first_seq
         self.synced_seq = self.last_seq
@@ -98,8 +126,8 @@ class WalWriter:
 
     @property
     def wal_bytes(self) -> int:
-        """On-disk bytes of the active WAL and any segments not yet made obsolete."""
-        return self._offset + self._segment_bytes
+        """Bytes of the active WAL (written or buffered) and segments not yet made obsolete."""
+        return self._offset + len(self._buf) + self._segment_bytes
 
     @property
     def active_bytes(self) -> int:
@@ -107,28 +135,92 @@ class WalWriter:
 
     # -- appending ---------------------------------------------------------------------------
 
+    def enable_batching(self) -> None:
+        """Buffer small records until ``flush_batch`` (the server calls it before each reply batch)."""
+        self.batching = True
+
     def append(self, rtype: RecordType, fields: Mapping[str, Any]) -> int:
-        """Write one record; returns its sequence number. Raises CommandError(MISCONF) on failure."""
+        """Log one record; returns its sequence number. Raises CommandError(MISCONF) on failure.
+
+        Unbatched, or for a large record: written now (after any buffered records).
+        Batched and small: copied into the buffer; ``flush_batch`` writes it.
+        """
         if self._sync_failed is not None:
             self._retry_sync()
+        if self._buf and self.misconf is not None:
+            self.flush_batch()  # retry what failed before; refuse this record while that fails
         seq = self.last_seq + 1
         parts = frame(rtype, seq, fields)
+        if self.batching:
+            # Three parts = header, one small payload, trailer: no zero-copy blob (>= 4 KB) inside.
+            if len(parts) == 3 and len(parts[1]) <= BATCH_MAX_RECORD:
+                buf = self._buf
+                buf += parts[0]
+                buf += parts[1]
+                buf += parts[2]
+                self.last_seq = seq
+                if len(buf) > BATCH_MAX_BYTES:
+                    self.flush_batch()
+                return seq
+            if self._buf:
+                self.flush_batch()
         good = self._offset
         try:
             written = write_all(self._fd, parts)
         except OSError as e:
             self._cut(good)
             self._fail(f"{e.strerror or e}")
-            raise CommandError(
-                f"Errors writing to the WAL ({self.layout.wal_path.name}): {e.strerror or e}. "
-                "Writes are refused until the WAL can be written again; reads keep working.",
-                code="MISCONF") from e
+            raise self._misconf_error(e) from e
         self._offset = good + written
-        self.last_seq = seq
-        if self.misconf is not None:
+        self.last_seq = self.written_seq = seq
+        self._write_ok()
+        return seq
+
+    def flush_batch(self) -> None:
+        """Write the buffered records (one write); under ``always`` also fdatasync.
+
+        Raises CommandError(MISCONF) when the write or the fsync fails; the buffered
+        records are then kept (cut from the file, retried by the next call or append).
+        """
+        buf = self._buf
+        if buf:
+            good = self._offset
+            try:
+                written = write_all(self._fd, [buf])
+            except OSError as e:
+                self._cut(good)
+                self._fail(f"{e.strerror or e}")
+                raise self._misconf_error(e) from e
+            self._offset = good + written
+            self.written_seq = self.last_seq
+            buf.clear()
+            self._write_ok()
+        if self.policy == "always" and self.synced_seq < self.written_seq:
+            try:
+                self.sync_now()
+            except OSError as e:
+                self._sync_failed = str(e)
+                self._fail(f"fsync failed: {e.strerror or e}")
+                raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): fsync failed: "
+                                   f"{e.strerror or e}", code="MISCONF") from e
+            self._sync_failed = None
+            self._write_ok()
+
+    @property
+    def batch_pending(self) -> bool:
+        """True when ``flush_batch`` has something to do before replies may go out."""
+        return bool(self._buf) or (self.policy == "always" and self.synced_seq < self.last_seq)
+
+    def _misconf_error(self, e: OSError) -> CommandError:
+        return CommandError(
+            f"Errors writing to the WAL ({self.layout.wal_path.name}): {e.strerror or e}. "
+            "Writes are refused until the WAL can be written again; reads keep working.",
+            code="MISCONF")
+
+    def _write_ok(self) -> None:
+        if self.misconf is not None and self._sync_failed is None:
             log.warning("WAL writes succeed again; leaving the MISCONF state")
             self.misconf = None
-        return seq
 
     def _cut(self, good: int) -> None:
         """Remove a partly written record so the log ends on a record boundary."""
@@ -165,11 +257,11 @@ class WalWriter:
             raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): fsync failed: "
                                f"{e.strerror or e}", code="MISCONF") from e
         self._sync_failed = None
-        self.synced_seq = self.last_seq
+        self.synced_seq = self.written_seq
 
     def _everysec_loop(self) -> None:
         while not self._stop.wait(1.0):
-            target = self.last_seq
+            target = self.written_seq
             if target <= self.synced_seq:
                 continue
             try:
@@ -190,7 +282,9 @@ class WalWriter:
         """
         if self.policy != "always":
             return
-        target = self.last_seq
+        if self._buf:
+            self.flush_batch()
+        target = self.written_seq
         if self.synced_seq >= target:
             return
         if self._group is None:
@@ -216,11 +310,11 @@ class WalWriter:
         loop = self._loop
         while loop is not None:
             with self._wake:
-                while self.last_seq <= self._sync_issued and not self._stop.is_set():
+                while self.written_seq <= self._sync_issued and not self._stop.is_set():
                     self._wake.wait(0.5)
             if self._stop.is_set():
                 return
-            covered = self.last_seq  # every record written before fdatasync starts is covered
+            covered = self.written_seq  # every record written before fdatasync starts is covered
             error: OSError | None = None
             try:
                 self._sync_fd()
@@ -248,8 +342,10 @@ class WalWriter:
                     waiter.set_exception(error)
 
     def sync_now(self) -> None:
-        """fdatasync on the calling thread (shutdown, tests, before rotation)."""
-        target = self.last_seq
+        """fdatasync on the calling thread (shutdown, tests, before rotation; writes the buffer first)."""
+        if self._buf:
+            self.flush_batch()
+        target = self.written_seq
         self._sync_fd()
         self.synced_seq = max(self.synced_seq, target)
 
@@ -262,6 +358,11 @@ class WalWriter:
         completes makes them obsolete (``drop_segments_upto``). An empty active WAL is not
         rotated. Raises OSError (nothing changed) if the fsync or rename fails.
         """
+        if self._buf:
+            try:
+                self.flush_batch()
+            except CommandError as e:
+                raise OSError(5, e.message) from e
         last = self.last_seq
         if self._offset == 0:
             return last
@@ -307,9 +408,11 @@ class WalWriter:
             if thread is not None:
                 thread.join(timeout=5.0)
         try:
+            if self._buf:
+                self.flush_batch()
             if self.last_seq > self.synced_seq:
                 self.sync_now()
-        except OSError as e:
+        except (OSError, CommandError) as e:
             log.error("fsync of %s at shutdown failed: %s", self.layout.wal_path, e)
         with self._fd_lock:
             os.close(self._fd)
