@@ -128,6 +128,18 @@ def test_info_has_the_standard_sections(conn: redis.Redis,
     assert "redis_version" not in only_clients
 
 
+def test_info_memory_names_the_session_lru_policy_that_max_sessions_always_applies(
+        conn: redis.Redis) -> None:
+    assert conn.info("memory")["maxmemory_policy"] == "lru-sessions"
+
+
+def test_maxmemory_policy_is_noeviction_only_without_any_bound() -> None:
+    from pion.server.commands.admin import maxmemory_policy
+    assert maxmemory_policy(0, 256) == "lru-sessions"
+    assert maxmemory_policy(8 * 1024**3, 0) == "lru-sessions"
+    assert maxmemory_policy(0, 0) == "noeviction"
+
+
 def test_info_over_resp3_is_a_verbatim_string(conn3: redis.Redis) -> None:
     assert conn3.info("server")["redis_mode"] == "standalone"
 

@@ -82,3 +82,24 @@ def test_delete_and_flush_report_what_they_removed() -> None:
     assert store.flush("c") == 2
     assert store.flush("c") == 0
     assert len(store) == 0
+
+
+def test_concurrent_embeds_share_model_calls_and_match_single_encodes() -> None:
+    import asyncio
+
+    from pion.server.semantic.embedder import MiniLMEmbedder
+
+    embedder = MiniLMEmbedder()
+    texts = [f"question number {i}" for i in range(6)]
+
+    async def run() -> list[np.ndarray]:
+        return await asyncio.gather(*(embedder.embed([t]) for t in texts))
+
+    try:
+        results = asyncio.run(run())
+        assert embedder.calls <= 2  # the first text starts a batch, the other five wait and go together
+        assert [r.shape for r in results] == [(1, 384)] * 6
+        single = embedder.encode(texts)
+        assert np.allclose(np.vstack(results), single, atol=1e-5)
+    finally:
+        embedder.close()

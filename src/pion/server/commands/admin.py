@@ -261,9 +261,17 @@ def _core_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
             ("used_memory", rss), ("used_memory_human", _human(rss)),
             ("used_memory_rss", rss), ("maxmemory", cfg.maxmemory),
             ("maxmemory_human", _human(cfg.maxmemory)),
-            ("maxmemory_policy", "lru-sessions" if cfg.maxmemory else "noeviction"),
+            ("maxmemory_policy", maxmemory_policy(cfg.maxmemory, cfg.max_sessions)),
         ],
     }
+
+
+def maxmemory_policy(maxmemory: int, max_sessions: int) -> str:
+    """What INFO reports: the least recently used V-store session (a prefix's K and V sides
+    together) is evicted whenever ``--maxmemory`` or ``--max-sessions`` would be passed, so
+    the policy is ``lru-sessions`` whenever either bound is set (``--max-sessions`` always
+    is: 256 by default). Keyspace keys are never evicted (a write that cannot fit → -OOM)."""
+    return "lru-sessions" if maxmemory > 0 or max_sessions > 0 else "noeviction"
 
 
 def render_info(sections: dict[str, list[tuple[str, object]]]) -> str:

@@ -2,7 +2,7 @@
 
   KV.PREFIX.SAVE [path]  -> +OK   snapshot to pion.vstore.<worker> (or a relative path inside --dir)
   SAVE                   -> +OK   the same, default path (Redis's name)
-  BGSAVE                 -> +Background saving started   (snapshot without blocking other clients)
+  BGSAVE [SCHEDULE]      -> +Background saving started   (snapshot without blocking other clients)
   LASTSAVE               -> :<unix time of the last successful snapshot>
 
 ``setup(state)`` runs after the store families (last in the table's module list):
@@ -67,8 +67,10 @@ def cmd_persist_save(ctx: CommandContext, args: list[bytes]) -> object:
 
 
 def cmd_persist_bgsave(ctx: CommandContext, args: list[bytes]) -> object:
-    if args:
-        raise CommandError("syntax error: BGSAVE takes no arguments in this build")
+    # redis-py's bgsave() sends SCHEDULE: accepted, but a save already running is still
+    # refused (nothing is queued behind it in this build).
+    if len(args) > 1 or (args and args[0].upper() != b"SCHEDULE"):
+        raise CommandError("syntax error: BGSAVE takes no arguments (or SCHEDULE) in this build")
     persist_of(ctx.server).start_bgsave()
     return SimpleString("Background saving started")
 
