@@ -77,18 +77,24 @@ def main() -> int:
     total = sum(len(b) for side in blobs.values() for b in side)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-prefix-"))
-    pion_port, redis_port = free_port(), free_port()
+    pion_port, redis_port, aof_port = free_port(), free_port(), free_port()
     procs = [
         subprocess.Popen([sys.executable, "-m", "pion.server", "--port", str(pion_port), "--dir", str(tmp / "pion"),
                           "--loglevel", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen([redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                           "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL),
+        # Pion logs every STOREBATCH to its WAL (default everysec): the like-for-like store baseline.
+        subprocess.Popen([redis_server, "--port", str(aof_port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "yes", "--appendfsync", "everysec", "--appendfilename", "bench.aof",
+                          "--dir", str(tmp)], stdout=subprocess.DEVNULL),
     ]
     try:
         wait_ping(pion_port, procs[0])
         wait_ping(redis_port, procs[1])
+        wait_ping(aof_port, procs[2])
         pion = redis.Redis(port=pion_port)
         red = redis.Redis(port=redis_port)
+        red_aof = redis.Redis(port=aof_port)
 
         def pion_store() -> None:
             pipe = pion.pipeline(transaction=False)
@@ -105,12 +111,15 @@ def main() -> int:
                 pipe.execute_command("V.MFETCH", "bench" + suffix, 0, N_LAYERS, "RANGE", 0, N_TOKENS, "DTYPE", "f16")
             return pipe.execute()  # type: ignore[no-any-return]
 
-        def redis_store() -> None:
-            pipe = red.pipeline(transaction=False)
+        def redis_store(client: redis.Redis = red) -> None:
+            pipe = client.pipeline(transaction=False)
             for side in ("k", "v"):
                 for layer, blob in enumerate(blobs[side]):
                     pipe.set(f"bench:{side}:{layer}", blob)
             pipe.execute()
+
+        def redis_aof_store() -> None:
+            redis_store(red_aof)
 
         def redis_get() -> list[bytes]:
             pipe = red.pipeline(transaction=False)
@@ -132,7 +141,7 @@ def main() -> int:
             raise RuntimeError("restored bytes differ from stored bytes")
         assert pion.execute_command("KV.PREFIX.LOOKUP", "bench") == b"HIT"
 
-        store_p, store_r = medians_s([pion_store, redis_store], args.repeat)
+        store_p, store_r, store_aof = medians_s([pion_store, redis_store, redis_aof_store], args.repeat)
         restore_p, restore_r, mget_s = medians_s([pion_restore, redis_get, redis_mget], args.repeat)
         results = {"store": (store_p, store_r), "restore": (restore_p, restore_r)}
     finally:
@@ -151,6 +160,8 @@ def main() -> int:
     for phase, (p_s, r_s) in results.items():
         print(f"| {phase} | {p_s * 1e3:.1f} ms | {mb / p_s:.0f} | {r_s * 1e3:.1f} ms | {mb / r_s:.0f} | "
               f"{r_s / p_s:.2f}× |")
+    print(f"| store vs Redis AOF everysec | {store_p * 1e3:.1f} ms | {mb / store_p:.0f} | "
+          f"{store_aof * 1e3:.1f} ms | {mb / store_aof:.0f} | {store_aof / store_p:.2f}× |")
     print(f"| restore vs Redis MGET | {results['restore'][0] * 1e3:.1f} ms | {mb / results['restore'][0]:.0f} | "
           f"{mget_s * 1e3:.1f} ms | {mb / mget_s:.0f} | {mget_s / results['restore'][0]:.2f}× |")
     return 0

@@ -17,7 +17,7 @@ Two parts, one run, the real SmolLM2-135M on CPU (HF transformers):
 
 Prints markdown tables and writes a PNG plot. Usage:
 
-    .venv/bin/python benchmarks/ttft_workload.py [--port P] [--threads 1] [--plot docs/ttft_workload.png]
+    .venv/bin/python benchmarks/ttft_workload.py [--port P] [--threads 1] [--plot docs/img/ttft_workload.png]
 
 Without ``--port`` it starts its own pion-server on a free loopback port and stops it at the end.
 """
@@ -271,7 +271,7 @@ def main() -> None:
     parser.add_argument("--distinct", type=int, default=10, help="distinct questions per prompt")
     parser.add_argument("--warm-runs", type=int, default=3, help="warm / in-process repeats per sweep length")
     parser.add_argument("--lengths", type=int, nargs="*", default=SWEEP_TOKENS)
-    parser.add_argument("--plot", type=Path, default=Path("docs/ttft_workload.png"))
+    parser.add_argument("--plot", type=Path, default=Path("docs/img/ttft_workload.png"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = load_model(device="cpu")

@@ -73,7 +73,7 @@ def test_del_flush_and_info(conn: redis.Redis) -> None:
     _cache(conn, "SET", "t5", "s2", "second question", "2")
     info = conn.execute_command("AI.SEMANTIC_CACHE", "INFO", "t5")
     fields = dict(zip(info[::2], info[1::2], strict=True))
-    assert (fields[b"entries"], fields[b"scopes"], fields[b"persisted"]) == (2, 2, 0)
+    assert (fields[b"entries"], fields[b"scopes"], fields[b"persisted"]) == (2, 2, 1)
     assert _cache(conn, "DEL", "t5", a, 12345) == 1
     assert _cache(conn, "FLUSH", "t5") == 1
     assert _cache(conn, "GET", "t5", "s2", "second question") is None

@@ -44,6 +44,7 @@ class _Entry:
     is_async: bool
     lname: str
     is_write: bool = False
+    write_verbs: frozenset[bytes] = frozenset()  # spec.write_subcommands, as bytes
 
 
 def unknown_command_message(name: bytes, args: list[bytes]) -> str:
@@ -67,7 +68,10 @@ class Dispatcher:
             entry = _Entry(spec=spec, handler=spec.handler, arity=spec.arity,
                            noauth="noauth" in spec.flags,
                            is_async=inspect.iscoroutinefunction(spec.handler),
-                           lname=name.lower(), is_write="write" in spec.flags)
+                           lname=name.lower(), is_write="write" in spec.flags,
+                           write_verbs=frozenset(v.upper().encode() for v in spec.write_subcommands))
+            if entry.write_verbs and not entry.is_async:
+                raise ValueError(f"{name}: write_subcommands needs an async handler")
             self._lookup[name.upper().encode()] = entry
             self._lookup[name.lower().encode()] = entry
         self._auth_required = requirepass is not None
@@ -131,10 +135,12 @@ class Dispatcher:
                          out: list[Any]) -> None:
         started = _perf_counter()
         start = -1
+        is_write = entry.is_write or (bool(entry.write_verbs) and len(request) > 1
+                                      and request[1].upper() in entry.write_verbs)
         try:
             result = await entry.handler(ctx, request[1:])
             start = len(out)
-            if entry.is_write and self.write_barrier is not None:
+            if is_write and self.write_barrier is not None:
                 waiter = self.write_barrier()
                 if waiter is not None:
                     await waiter
@@ -144,7 +150,7 @@ class Dispatcher:
         except Exception:
             log.exception("command %s failed", entry.lname)
             out.append(encode_error("ERR", _ERR_INTERNAL.format(entry.lname)))
-        if entry.is_write and self.track_writes and start >= 0:
+        if is_write and self.track_writes and start >= 0:
             ctx.client.write_marks.append((start, len(out)))
         elapsed = _perf_counter() - started
         if elapsed > self.slow_s:

@@ -6,7 +6,7 @@
   LASTSAVE               -> :<unix time of the last successful snapshot>
 
 ``setup(state)`` runs after the store families (last in the table's module list):
-it recovers the V-store and keyspace from ``--dir`` before the listener opens,
+it recovers the V-store, keyspace and semantic cache from ``--dir`` before the listener opens,
 then attaches the journals (every mutation is logged before it is applied, large
 records written at once, small ones buffered) and the server's ``before_reply`` hook
 that writes the buffer — and fsyncs under ``--appendfsync always`` — once per batch,
@@ -28,6 +28,7 @@ from pion.server.persist.binding import (
     StoreJournal,
     expired_key_delete,
     make_sink,
+    semantic_journal,
     snapshot_records,
 )
 from pion.server.persist.wal import FsyncPolicy
@@ -84,11 +85,12 @@ def setup(state: ServerState) -> None:
     config = state.config
     vstore = state.components.get("vstore")
     keyspace = state.components.get("keyspace")
+    semantic = state.components.get("semantic")  # AI.SEMANTIC_CACHE's SemanticCacheStore
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
     persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
                                          config.wal_repair))
     try:
-        persist.recover(make_sink(vstore, keyspace))
+        persist.recover(make_sink(vstore, keyspace, semantic))
     except RecoveryError as e:
         log.error("%s", e)
         raise SystemExit(1) from None
@@ -96,7 +98,10 @@ def setup(state: ServerState) -> None:
         vstore.journal = StoreJournal(persist, VSTORE_KINDS, "V-store")
     if keyspace is not None:
         keyspace.journal = StoreJournal(persist, KEYSPACE_KINDS, "keyspace", skip=expired_key_delete(keyspace))
-    persist.set_snapshot_source(lambda: snapshot_records(vstore, keyspace))
+    if semantic is not None:
+        semantic.on_mutation = semantic_journal(persist)
+        semantic.persisted = True
+    persist.set_snapshot_source(lambda: snapshot_records(vstore, keyspace, semantic))
     server = state.components.get("server")
     if server is not None:
         # Group commit per event-loop batch: small records are buffered and written (and

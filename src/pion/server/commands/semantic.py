@@ -17,6 +17,11 @@ Without VECTOR the server embeds ``text`` itself (all-MiniLM-L6-v2 on a worker t
 A VECTOR blob is any float32 little-endian vector; it is normalised, and every vector of
 one scope must have the same dimension. GET outcomes are counted in PION.STATS
 (semantic_hits / semantic_misses) through the store's receipt.
+
+With persistence running (always, in pion-server) SET/DEL/FLUSH and FLUSHALL are
+logged to the WAL before they apply and included in snapshots (records SEMANTIC.* in
+docs/formats.md); the stored vector is logged, so a restart never re-embeds. INFO's
+``persisted`` is 1 then.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
     return {"semantic": [
         ("semantic_caches", store.n_caches),
         ("semantic_entries", len(store)),
-        ("semantic_persisted", 0),
+        ("semantic_persisted", int(store.persisted)),
         ("embedder_model", "all-MiniLM-L6-v2"),
         ("embedder_loaded", int(embedder.loaded)),
         ("embedder_texts", embedder.texts_embedded),
@@ -247,6 +252,9 @@ async def cmd_semantic_cache(ctx: CommandContext, args: list[bytes]) -> Any:
 COMMANDS: list[CommandSpec] = [
     CommandSpec("AI.EMBED", -2, cmd_ai_embed, frozenset({"readonly"}),
                 "Embed texts with all-MiniLM-L6-v2 -> 384-dim float32 blobs"),
+    # SET/DEL/FLUSH are writes (WAL-logged; under --appendfsync always their replies wait
+    # for the fsync); GET and INFO are not.
     CommandSpec("AI.SEMANTIC_CACHE", -3, cmd_semantic_cache, frozenset(),
-                "Semantic cache: SET / GET / DEL / FLUSH / INFO, partitioned by scope"),
+                "Semantic cache: SET / GET / DEL / FLUSH / INFO, partitioned by scope",
+                write_subcommands=frozenset({"SET", "DEL", "FLUSH"})),
 ]

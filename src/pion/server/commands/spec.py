@@ -56,3 +56,6 @@ class CommandSpec:
     handler: Handler
     flags: frozenset[str] = frozenset()
     summary: str = ""
+    # Container commands whose verbs differ (AI.SEMANTIC_CACHE SET vs GET): the verbs, upper
+    # case, that make a call a write — as if it had the "write" flag. Async handlers only.
+    write_subcommands: frozenset[str] = frozenset()

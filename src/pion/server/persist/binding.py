@@ -1,10 +1,12 @@
 """How the V-store and the keyspace are logged, replayed and snapshotted.
 
-Three adapters between the stores' own vocabulary and records:
+Three adapters between the stores' own vocabulary and records (the V-store, the
+keyspace and the semantic cache of AI.SEMANTIC_CACHE):
 
 * ``StoreJournal`` — the ``journal`` object a store calls as
   ``record(kind, fields)`` before each mutation; it appends one record to the
-  WAL (raising CommandError(MISCONF) aborts the mutation).
+  WAL (raising CommandError(MISCONF) aborts the mutation). The semantic cache calls
+  its ``on_mutation(kind, fields)`` hook the same way (``semantic_journal``).
 * ``make_sink`` — the recovery sink: applies a record to the stores through
   their ordinary methods while their journals are detached.
 * ``snapshot_records`` — walks both stores and yields the records that rebuild
@@ -14,7 +16,8 @@ PREFILL_MS is deliberately not persisted (spec): a restarted server credits
 hits on such a prefix with the per-token estimate. Expiry deletions of keys are
 not logged either: SET/EXPIRE carry absolute deadlines, so a replayed key whose
 deadline has passed expires on its own (and a GET of an expired key keeps
-working while the WAL is in MISCONF).
+working while the WAL is in MISCONF). The same holds for semantic-cache entries
+(their TTL purge, kind ``expire``, is not logged).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pion.server.persist.records import RecordType
 
 if TYPE_CHECKING:
     from pion.server.persist.manager import Persistence
+    from pion.server.semantic.cache import SemanticCacheStore
     from pion.server.store.keyspace import Keyspace
     from pion.server.store.vstore import VStore
 
@@ -46,6 +50,13 @@ KEYSPACE_KINDS: dict[str, RecordType] = {
     "expire": RecordType.EXPIRE,
     "flush": RecordType.FLUSHALL,
 }
+SEMANTIC_KINDS: dict[str, RecordType] = {
+    "put": RecordType.SEMANTIC_SET,
+    "delete": RecordType.SEMANTIC_DEL,
+    "flush": RecordType.SEMANTIC_FLUSH,
+    "flush_all": RecordType.SEMANTIC_FLUSHALL,
+}
+SEMANTIC_NOT_LOGGED = frozenset({"expire"})  # absolute deadlines: replay expires them itself
 NOT_PERSISTED = frozenset({"prefill_ms"})  # StoreJournal.record tests "prefill_ms" first (hot path)
 SNAPSHOT_CHUNK_BYTES = 64 * 1024**2  # a layer up to this size reloads into an exact-fit buffer
 
@@ -88,12 +99,49 @@ def expired_key_delete(keyspace: Keyspace) -> Callable[[str, Mapping[str, Any]],
     return skip
 
 
+def semantic_journal(persist: Persistence) -> Callable[[str, Mapping[str, Any]], None]:
+    """The semantic cache's ``on_mutation`` hook: one WAL record per logged mutation."""
+    append = persist.append
+
+    def record(kind: str, fields: Mapping[str, Any]) -> None:
+        if kind in SEMANTIC_NOT_LOGGED:
+            return
+        rtype = SEMANTIC_KINDS.get(kind)
+        if rtype is None:  # a mutation we cannot log must not happen silently
+            raise CommandError(f"the semantic cache mutation '{kind}' cannot be written to the WAL "
+                               "by this build; refused so nothing unlogged is acknowledged")
+        append(rtype, fields)
+    return record
+
+
+def _apply_semantic(semantic: SemanticCacheStore, rtype: int, f: dict[str, Any]) -> None:
+    import numpy as np
+
+    if rtype == RecordType.SEMANTIC_SET:
+        vec = np.frombuffer(_b(f["vector"]), dtype="<f4").astype(np.float32)
+        meta = f.get("meta")
+        semantic.restore(f["cache"], f["scope"], f["text"], _b(f["response"]), vec, f["id"],
+                         f["expire_at_ms"], f.get("created_ms", 0), None if meta is None else _b(meta),
+                         next_id=f.get("next_id"))
+    elif rtype == RecordType.SEMANTIC_DEL:
+        semantic.delete(f["cache"], list(f["ids"]))
+    elif rtype == RecordType.SEMANTIC_FLUSH:
+        semantic.flush(f["cache"])
+    else:
+        semantic.flush_all()
+
+
+_SEMANTIC_TYPES = frozenset({RecordType.SEMANTIC_SET, RecordType.SEMANTIC_DEL, RecordType.SEMANTIC_FLUSH,
+                             RecordType.SEMANTIC_FLUSHALL})
+
+
 def _b(value: Any) -> bytes:
     return bytes(value) if isinstance(value, memoryview) else value
 
 
-def make_sink(vstore: VStore | None, keyspace: Keyspace | None) -> Callable[[int, dict[str, Any]], None]:
-    """The recovery sink: one record -> the store method that made it."""
+def make_sink(vstore: VStore | None, keyspace: Keyspace | None,
+              semantic: SemanticCacheStore | None = None) -> Callable[[int, dict[str, Any]], None]:
+    """The recovery sink: one record -> the store method that made it (journals detached)."""
 
     def sink(rtype: int, f: dict[str, Any]) -> None:
         if rtype == RecordType.V_STOREBATCH and vstore is not None:
@@ -121,6 +169,8 @@ def make_sink(vstore: VStore | None, keyspace: Keyspace | None) -> Callable[[int
             keyspace.expire(_b(f["key"]), f["expire_at_ms"])
         elif rtype == RecordType.FLUSHALL and keyspace is not None:
             keyspace.flush()
+        elif rtype in _SEMANTIC_TYPES and semantic is not None:
+            _apply_semantic(semantic, rtype, f)
         else:
             raise ValueError(f"no store takes records of type {rtype}")
     return sink
@@ -133,13 +183,16 @@ def _namespace_of(sid: str) -> str | None:
     return None
 
 
-def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None
+def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None,
+                     semantic: SemanticCacheStore | None = None
                      ) -> Iterator[tuple[RecordType, dict[str, Any]]]:
-    """Records that rebuild both stores, read lazily so a BGSAVE sees a live store.
+    """Records that rebuild the stores, read lazily so a BGSAVE sees a live store.
 
     Sessions come least recently used first (so LRU order survives a reload); a
     prefix's registration follows its first session; rows go in chunks of at most
     64 MiB (one record per layer in practice), straight from the layer buffers (no copy here).
+    Then every key, then one SEMANTIC.SET per live semantic-cache entry (with its cache's
+    ``next_id``, so ids are not reused after a reload).
     """
     if vstore is not None:
         registered: set[str] = set()
@@ -170,3 +223,11 @@ def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None
     if keyspace is not None:
         for key, value, deadline in list(keyspace.items()):
             yield RecordType.SET, {"key": key, "value": value, "expire_at_ms": deadline}
+    if semantic is not None:
+        for cache, next_id, entry, vec in semantic.iter_entries():
+            yield RecordType.SEMANTIC_SET, {
+                "cache": cache, "scope": entry.scope, "text": entry.text, "response": entry.response,
+                "vector": vec.astype("<f4").tobytes(),
+                "expire_at_ms": int(round(entry.expires_at * 1000)) if entry.expires_at is not None else 0,
+                "created_ms": int(entry.created_at * 1000), "meta": entry.meta, "id": entry.entry_id,
+                "next_id": next_id}

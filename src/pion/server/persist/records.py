@@ -42,6 +42,13 @@ keyspace's own; extra fields are kept, so a newer writer can add some)::
     9  FLUSHALL            (no fields)
     10 EVICT               sids l[s] (LRU / maxmemory eviction; a K/V pair together)
     11 V.FLUSH             (no fields: every V-store session and registration, FLUSHALL)
+    12 SEMANTIC.SET        cache s, scope s, text s, response b, vector b (unit-norm fp32 LE,
+                           as stored: replay needs no embedding model), expire_at_ms i
+                           (absolute unix ms; 0 = no TTL), created_ms i, meta b|n, id i;
+                           in snapshots also next_id i (the cache's next entry id)
+    13 SEMANTIC.DEL        cache s, ids l[i] (only ids that were present)
+    14 SEMANTIC.FLUSH      cache s (one named semantic cache)
+    15 SEMANTIC.FLUSHALL   (no fields: every semantic cache, from FLUSHALL)
     127 SNAPSHOT.END       records i, begin_seq i, end_seq i (last record of a snapshot)
 
 Worked example: ``V.DROP`` of session ``"a"`` with seq 7 is 40 bytes::
@@ -94,6 +101,10 @@ class RecordType(enum.IntEnum):
     FLUSHALL = 9
     EVICT = 10
     V_FLUSH = 11
+    SEMANTIC_SET = 12
+    SEMANTIC_DEL = 13
+    SEMANTIC_FLUSH = 14
+    SEMANTIC_FLUSHALL = 15
     SNAPSHOT_END = 127
 
 
@@ -309,7 +320,8 @@ def record_type_name(rtype: int) -> str:
         name = RecordType(rtype).name
     except ValueError:
         return f"type {rtype}"
-    for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("V_", "V."), ("SNAPSHOT_", "SNAPSHOT.")):
+    for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("V_", "V."), ("SNAPSHOT_", "SNAPSHOT."),
+                           ("SEMANTIC_", "SEMANTIC.")):
         if name.startswith(prefix):
             return dotted + name[len(prefix):]
     return name

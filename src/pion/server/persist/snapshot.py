@@ -4,18 +4,19 @@ File layout (little-endian)::
 
     offset size field
     0      8    magic        b"PIONSNAP"
-    8      4    version      1 (SNAPSHOT_VERSION)
+    8      4    version      2 (SNAPSHOT_VERSION; 1 = before the semantic cache, still read)
     12     4    worker       worker number
     16     8    begin_seq    every WAL record with seq <= begin_seq is in this snapshot
     24     8    created_ms   unix time in ms
     32     4    header_crc   crc32c of bytes 0..31
     36     ...  records      framed exactly like WAL records (see records.py), seq 0:
                              V.CREATE / KV.PREFIX.REGISTER / V.STOREBATCH (each layer in
-                             chunks of at most 64 MiB of rows) / SET ...
+                             chunks of at most 64 MiB of rows) / SET ... /
+                             SEMANTIC.SET (version 2: one per live semantic-cache entry)
     end    ...  SNAPSHOT.END records i (count before it), begin_seq i, end_seq i
 
 Worked example: an empty store saved at seq 5 is the 36-byte header
-(``50 49 4f 4e 53 4e 41 50 | 01 00 00 00 | 00 00 00 00 | 05 00 .. | <ms> | <crc>``)
+(``50 49 4f 4e 53 4e 41 50 | 02 00 00 00 | 00 00 00 00 | 05 00 .. | <ms> | <crc>``)
 followed by one SNAPSHOT.END record (records=0, begin_seq=5, end_seq=5).
 
 Writing is streaming: records go to ``<path>.tmp`` as the store is walked, so no
@@ -50,7 +51,9 @@ from pion.server.persist.reader import Record, RecordReader
 from pion.server.persist.records import RecordType, crc, frame
 
 SNAP_MAGIC = b"PIONSNAP"
-SNAPSHOT_VERSION = 1
+# 2 added SEMANTIC.SET records; a version-1 file has none and loads unchanged. The bump
+# makes an older build refuse a snapshot whose semantic entries it would silently drop.
+SNAPSHOT_VERSION = 2
 _SNAP_HEADER = struct.Struct("<8sIIQQ")
 SNAP_HEADER_SIZE = _SNAP_HEADER.size + 4  # 36
 

@@ -4,15 +4,22 @@ A *scope* is a hard partition chosen by the client (pion-serve hashes model, sys
 prompt, tools and earlier turns into it): a lookup only ever sees entries stored under
 the same scope, so similarity never crosses conversations.
 
-All state changes go through ``put``, ``delete``, ``flush`` and the TTL purge in
-``lookup``; each calls ``on_mutation`` so persistence can hook one place. The cache is
-not persisted yet: a restarted server starts empty.
+All state changes go through ``put``, ``delete``, ``flush``, ``flush_all`` and the TTL
+purge in ``lookup``; each calls ``on_mutation(kind, fields)`` *before* changing anything,
+with every field a replay needs (the stored vector included, so replay never loads the
+embedding model). Persistence hooks that one place and writes a WAL record; when the
+hook raises (CommandError MISCONF: the WAL cannot be written) nothing is changed.
+Deadlines are absolute unix milliseconds, so a replayed entry expires when it would
+have; TTL purges are therefore not logged (kind ``"expire"``).
+
+``restore`` and ``iter_entries`` are the replay and snapshot sides
+(``pion.server.persist.binding``). Hit/miss counters are statistics, not persisted.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +69,7 @@ class SemanticCacheStore:
         self._ann_min = ann_min_entries
         self._clock = clock
         self.on_mutation: Mutation | None = None
+        self.persisted = False  # set by persistence once its journal is attached
 
     def __len__(self) -> int:
         return sum(len(c.entries) for c in self._caches.values())
@@ -82,19 +90,62 @@ class SemanticCacheStore:
             ttl_s: float | None = None, meta: bytes | None = None) -> int:
         """Store an entry; returns its id. ``vec`` must be unit-norm float32."""
         named = self._caches.get(cache)
+        entry_id = named.next_id if named is not None else 1
+        now = self._clock()
+        # The deadline is kept in whole ms so the live entry and a replayed one agree exactly.
+        expire_ms = int(round((now + ttl_s) * 1000)) if ttl_s is not None else 0
+        vec32 = np.ascontiguousarray(vec, dtype="<f4")
+        self._mutated("put", cache=cache, scope=scope, text=text, response=response,
+                      vector=vec32.tobytes(), expire_at_ms=expire_ms,
+                      created_ms=int(now * 1000), meta=meta, id=entry_id)
+        self._insert(cache, CacheEntry(entry_id, scope, text, response, meta, now,
+                                       expire_ms / 1000 if expire_ms else None), vec32)
+        return entry_id
+
+    def restore(self, cache: str, scope: str, text: str, response: bytes, vec: np.ndarray,
+                entry_id: int, expire_at_ms: int, created_ms: int, meta: bytes | None,
+                next_id: int | None = None) -> None:
+        """Replay one logged ``put`` (same id, same absolute deadline); not logged again.
+
+        An entry with the same id is replaced, so replaying onto a fuzzy (BGSAVE)
+        snapshot that already holds it converges. ValueError on a dimension clash.
+        """
+        named = self._caches.get(cache)
+        if named is not None and entry_id in named.entries:
+            self._remove(named, entry_id)
+        if (problem := self.check_dim(cache, scope, len(vec))) is not None:
+            raise ValueError(problem)
+        self._insert(cache, CacheEntry(entry_id, scope, text, response, meta, created_ms / 1000,
+                                       expire_at_ms / 1000 if expire_at_ms else None), vec)
+        named = self._caches[cache]
+        named.next_id = max(named.next_id, entry_id + 1, next_id or 0)
+
+    def _insert(self, cache: str, entry: CacheEntry, vec: np.ndarray) -> None:
+        named = self._caches.get(cache)
         if named is None:
             named = self._caches[cache] = NamedCache(cache)
-        index = named.scopes.get(scope)
+        index = named.scopes.get(entry.scope)
         if index is None:
-            index = named.scopes[scope] = ScopeIndex(len(vec), self._ann_kind, self._ann_min)
-        now = self._clock()
-        entry = CacheEntry(named.next_id, scope, text, response, meta, now,
-                           now + ttl_s if ttl_s is not None else None)
-        named.next_id += 1
+            index = named.scopes[entry.scope] = ScopeIndex(len(vec), self._ann_kind, self._ann_min)
+        named.next_id = max(named.next_id, entry.entry_id + 1)
         named.entries[entry.entry_id] = entry
         index.add(entry.entry_id, vec)
-        self._mutated("put", cache=cache, entry_id=entry.entry_id)
-        return entry.entry_id
+
+    def iter_entries(self) -> Iterator[tuple[str, int, CacheEntry, np.ndarray]]:
+        """(cache, next_id, entry, vector) of every live entry, lazily, for snapshots.
+
+        Safe while the store changes between items (a background snapshot yields to
+        clients): names and entries are listed first and each is re-checked before it is
+        yielded. Entries already past their deadline are left out.
+        """
+        now = self._clock()
+        for name, named in list(self._caches.items()):
+            for entry in list(named.entries.values()):
+                if self._caches.get(name) is not named or named.entries.get(entry.entry_id) is not entry:
+                    continue  # removed since the walk began
+                if entry.expires_at is not None and entry.expires_at <= now:
+                    continue
+                yield name, named.next_id, entry, named.scopes[entry.scope].vector(entry.entry_id)
 
     def lookup(self, cache: str, scope: str, vec: np.ndarray,
                threshold: float) -> tuple[CacheEntry, float] | None:
@@ -107,8 +158,8 @@ class SemanticCacheStore:
             while (best := index.search(vec)) is not None:
                 entry = named.entries[best[0]]
                 if entry.expires_at is not None and entry.expires_at <= now:
-                    self._remove(named, entry.entry_id)
                     self._mutated("expire", cache=cache, entry_id=entry.entry_id)
+                    self._remove(named, entry.entry_id)
                     continue
                 if best[1] >= threshold:
                     found = (entry, best[1])
@@ -124,22 +175,23 @@ class SemanticCacheStore:
         named = self._caches.get(cache)
         if named is None:
             return 0
-        removed = sum(1 for i in entry_ids if self._remove(named, i))
-        if removed:
-            self._mutated("delete", cache=cache, entry_ids=entry_ids)
-        return removed
+        present = list(dict.fromkeys(i for i in entry_ids if i in named.entries))
+        if present:
+            self._mutated("delete", cache=cache, ids=present)
+        return sum(1 for i in present if self._remove(named, i))
 
     def flush(self, cache: str) -> int:
-        named = self._caches.pop(cache, None)
+        named = self._caches.get(cache)
         if named is None:
             return 0
         self._mutated("flush", cache=cache)
+        del self._caches[cache]
         return len(named.entries)
 
     def flush_all(self) -> int:
         removed = len(self)
-        self._caches.clear()
         self._mutated("flush_all")
+        self._caches.clear()
         return removed
 
     def info(self, cache: str) -> dict[str, Any]:
@@ -154,7 +206,7 @@ class SemanticCacheStore:
             "hits": named.hits,
             "misses": named.misses,
             "default_threshold": DEFAULT_THRESHOLD,
-            "persisted": 0,
+            "persisted": int(self.persisted),
         }
 
     def _remove(self, named: NamedCache, entry_id: int) -> bool:

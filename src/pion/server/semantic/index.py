@@ -150,6 +150,10 @@ class ScopeIndex:
             self._compact()
         return True
 
+    def vector(self, entry_id: int) -> np.ndarray:
+        """The stored unit-norm vector of ``entry_id`` (a view; KeyError if absent)."""
+        return self._vecs[self._row_of[entry_id]]
+
     def search(self, query: np.ndarray) -> tuple[int, float] | None:
         """Best (entry_id, cosine) for a unit-norm ``query``, or None when empty."""
         if self._live == 0:
