@@ -195,6 +195,18 @@ def test_health_stats_and_metrics_report_the_traffic(proxy: ProxyProcess) -> Non
     assert 'pion_serve_backend_latency_seconds_count{backend="vllm"}' in metrics
 
 
+def test_a_miss_embeds_the_question_once_on_the_server(proxy: ProxyProcess,
+                                                       shared_pion_server: ServerProcess) -> None:
+    def embedded() -> int:
+        return int(shared_pion_server.client().info("semantic")["embedder_texts"])
+
+    before = embedded()
+    assert ask(proxy, "Which payment methods do you accept?", "embed-once")[1] == "MISS"
+    after_miss = embedded()
+    assert ask(proxy, "What payment methods do you accept?", "embed-once")[1] == "HIT"
+    assert (after_miss - before, embedded() - after_miss) == (1, 1)
+
+
 def test_backend_down_answers_502_with_a_clear_message(shared_pion_server: ServerProcess, tmp_path: Path) -> None:
     dead = free_port()
     p = start_proxy(tmp_path, "--backend", "vllm", "--backend-url", f"http://127.0.0.1:{dead}",
@@ -227,7 +239,7 @@ def test_pion_server_down_serves_as_pure_proxy_and_cache_comes_back(fake_openai:
         import time
         time.sleep(1.1)  # the proxy retries the server at most once a second
         assert p.stats()["cache_enabled"] is True
-        assert ask(p, "How do I open a bank account?", "downup")[1] == "MISS"  # not persisted yet
+        # The entry stored before the restart was persisted (WAL) and is served again.
         assert ask(p, "How can I open a bank account?", "downup")[1] == "HIT"
     finally:
         p.stop()

@@ -60,6 +60,18 @@ def test_vector_option_stores_and_searches_client_vectors(conn: redis.Redis) -> 
     assert str(info.value) == "vector has 2 dims but this scope holds 3-dim vectors"
 
 
+def test_get_withvector_returns_the_query_vector_on_a_miss_and_on_a_hit(conn: redis.Redis) -> None:
+    miss = _cache(conn, "GET", "wv", "s", "q", "VECTOR", _blob([3, 4]), "WITHVECTOR")
+    assert miss[:4] == [None, None, None, None]
+    assert np.frombuffer(miss[4], dtype="<f4").tolist() == [np.float32(0.6), np.float32(0.8)]
+    eid = _cache(conn, "SET", "wv", "s", "q", "a", "VECTOR", miss[4])
+    hit = _cache(conn, "GET", "wv", "s", "q", "WITHVECTOR", "VECTOR", _blob([3, 4]), "THRESHOLD", "0.99")
+    assert (hit[0], hit[2], hit[4]) == (b"a", eid, miss[4])
+    with pytest.raises(redis.ResponseError) as info:
+        _cache(conn, "GET", "wv", "s", "q", "WITHVECTOR", "WITHVECTOR")
+    assert str(info.value) == "option WITHVECTOR given twice"
+
+
 def test_ttl_expires_an_entry(conn: redis.Redis) -> None:
     vec = _blob([0, 0, 1])
     _cache(conn, "SET", "t4", "s", "Is parking free?", "Yes", "TTL", "0.5", "VECTOR", vec)

@@ -111,23 +111,41 @@ class SemanticCacheClient:
 
     async def get(self, scope: ScopeKey, text: str, threshold: float,
                   vector: np.ndarray | None = None) -> CacheHit | None:
+        return (await self.get_with_vector(scope, text, threshold, vector, want_vector=False))[0]
+
+    async def get_with_vector(self, scope: ScopeKey, text: str, threshold: float,
+                              vector: np.ndarray | None = None, want_vector: bool = True
+                              ) -> tuple[CacheHit | None, np.ndarray | None]:
+        """(hit or None, the query vector the server used or None).
+
+        With ``want_vector`` the GET carries WITHVECTOR: the server returns the vector it
+        embedded, hit or miss, so storing the answer after a miss (SET ... VECTOR) does not
+        embed the same text a second time.
+        """
         args: list[Any] = ["AI.SEMANTIC_CACHE", "GET", self.cache_name, scope, text, "THRESHOLD", str(threshold)]
         if vector is not None:
             args += ["VECTOR", vector.astype("<f4").tobytes()]
+        if want_vector:
+            args.append("WITHVECTOR")
         try:
             reply = await self._call(*args)
         except RedisError as exc:
             self.last_error = str(exc)
-            return None
+            return None, None
         if reply is None:
-            return None
+            return None, None
+        query_vec: np.ndarray | None = None
         try:
+            if want_vector:
+                query_vec = np.frombuffer(reply[4], dtype="<f4").astype(np.float32)
+                if reply[0] is None:
+                    return None, query_vec
             response = json.loads(reply[0])
             meta = json.loads(reply[3]) if reply[3] is not None else {}
-            return CacheHit(response, float(reply[1]), int(reply[2]), meta)
+            return CacheHit(response, float(reply[1]), int(reply[2]), meta), query_vec
         except (ValueError, IndexError, TypeError) as exc:
             self.last_error = f"malformed cache entry: {exc}"
-            return None
+            return None, query_vec
 
     async def set(self, scope: ScopeKey, text: str, response: dict[str, Any], meta: dict[str, Any],
                   ttl_s: float | None, vector: np.ndarray | None = None) -> int | None:

@@ -124,7 +124,12 @@ class ChatCompletions:
         look.text, look.vector, look.store = last_user_text(body) or "", vector, policy.store
         if not policy.lookup:
             return look
-        hit = await self.cache.get(look.scope, look.text, self.config.cache_threshold, vector)
+        # When the server embeds (vector None) and the answer may be stored, ask for the
+        # vector back: a miss then stores with SET ... VECTOR, one embedding per request.
+        hit, server_vec = await self.cache.get_with_vector(look.scope, look.text, self.config.cache_threshold,
+                                                           vector, want_vector=vector is None and policy.store)
+        if server_vec is not None:
+            look.vector = server_vec
         look.ran = self.cache.available
         if hit is not None:
             look.similarity = hit.similarity

@@ -4,8 +4,11 @@
         -> one 384-dim float32 little-endian blob (1536 bytes) per text
     AI.SEMANTIC_CACHE SET <cache> <scope> <text> <response> [TTL <s>] [VECTOR <blob>] [META <json>]
         -> integer entry id
-    AI.SEMANTIC_CACHE GET <cache> <scope> <text> [THRESHOLD <t>] [VECTOR <blob>]
+    AI.SEMANTIC_CACHE GET <cache> <scope> <text> [THRESHOLD <t>] [VECTOR <blob>] [WITHVECTOR]
         -> [response, similarity, id, meta] or nil (below threshold / empty scope)
+        WITHVECTOR: always [response, similarity, id, meta, vector] (the first four nil on a
+        miss; vector = the unit-norm fp32 query vector), so a client that stores the answer
+        after a miss passes it back with SET ... VECTOR and the text is embedded only once.
     AI.SEMANTIC_CACHE DEL <cache> <id> [<id> ...]   -> number removed
     AI.SEMANTIC_CACHE FLUSH <cache>                 -> number removed
     AI.SEMANTIC_CACHE INFO <cache>                  -> map of counters
@@ -190,7 +193,20 @@ async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] 
         raise arity_error("ai.semantic_cache|get")
     cache, scope = _text(args[0], "cache name"), args[1].decode("utf-8", "replace")
     text = _text(args[2], "text")
-    opts = _options(args[3:], {"THRESHOLD", "VECTOR"})
+    pairs: list[bytes] = []
+    with_vector = False
+    rest = args[3:]
+    i = 0
+    while i < len(rest):  # WITHVECTOR is a bare flag among NAME VALUE options
+        if rest[i].upper() == b"WITHVECTOR":
+            if with_vector:
+                raise CommandError("option WITHVECTOR given twice")
+            with_vector = True
+            i += 1
+            continue
+        pairs += rest[i:i + 2]
+        i += 2
+    opts = _options(pairs, {"THRESHOLD", "VECTOR"})
     threshold = DEFAULT_THRESHOLD
     if "THRESHOLD" in opts:
         threshold = _number(opts["THRESHOLD"], "THRESHOLD")
@@ -202,10 +218,11 @@ async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] 
         raise CommandError(problem)
     found = store.lookup(cache, scope, vec, threshold)
     receipt_of(ctx.server).record_semantic(found is not None)
+    tail = [np.asarray(vec, dtype="<f4").tobytes()] if with_vector else []
     if found is None:
-        return None
+        return [None, None, None, None, *tail] if with_vector else None
     entry, similarity = found
-    return [entry.response, round(similarity, 6), entry.entry_id, entry.meta]
+    return [entry.response, round(similarity, 6), entry.entry_id, entry.meta, *tail]
 
 
 def cmd_semantic_del(ctx: CommandContext, args: list[bytes]) -> int:

@@ -224,10 +224,10 @@ def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None,
         for key, value, deadline in list(keyspace.items()):
             yield RecordType.SET, {"key": key, "value": value, "expire_at_ms": deadline}
     if semantic is not None:
-        for cache, next_id, entry, vec in semantic.iter_entries():
+        for cache, next_id, item, vec in semantic.iter_entries():
             yield RecordType.SEMANTIC_SET, {
-                "cache": cache, "scope": entry.scope, "text": entry.text, "response": entry.response,
+                "cache": cache, "scope": item.scope, "text": item.text, "response": item.response,
                 "vector": vec.astype("<f4").tobytes(),
-                "expire_at_ms": int(round(entry.expires_at * 1000)) if entry.expires_at is not None else 0,
-                "created_ms": int(entry.created_at * 1000), "meta": entry.meta, "id": entry.entry_id,
+                "expire_at_ms": int(round(item.expires_at * 1000)) if item.expires_at is not None else 0,
+                "created_ms": int(item.created_at * 1000), "meta": item.meta, "id": item.entry_id,
                 "next_id": next_id}
