@@ -199,3 +199,35 @@ def test_snapshot_records_rebuild_an_equal_store_without_the_model() -> None:
     assert (hit[0].entry_id, hit[0].response, hit[0].meta, hit[0].expires_at, hit[1]) == (
         a, b"r1", b"{}", 1005.0, original[1])
     assert copy.put("c", "s", "q3", b"r3", _vec(3)) == b + 1
+
+
+def test_only_the_write_subcommands_of_ai_semantic_cache_wait_for_the_write_barrier() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from pion.server.commands.semantic import COMMANDS
+    from pion.server.dispatcher import Dispatcher
+
+    spec = next(s for s in COMMANDS if s.name == "AI.SEMANTIC_CACHE")
+    assert spec.write_subcommands == frozenset({"SET", "DEL", "FLUSH"})
+    dispatcher = Dispatcher({spec.name: spec}, None, -1)
+    barriers: list[bytes] = []
+
+    def barrier() -> None:  # records which verb reached the barrier; None = reply now
+        barriers.append(verb)
+
+    dispatcher.write_barrier = barrier
+    dispatcher.track_writes = True
+    client = SimpleNamespace(protocol=2, authenticated=True, last_command="", write_marks=[])
+    ctx = SimpleNamespace(client=client, server=SimpleNamespace(components={},
+                          config=SimpleNamespace(prefill_us_per_token=1000)))
+    vec = _blob(_vec(1))
+    for verb, args in ((b"set", [b"c", b"s", b"t", b"r", b"VECTOR", vec]), (b"GET", [b"c", b"s", b"t", b"VECTOR", vec]),
+                       (b"INFO", [b"c"]), (b"DEL", [b"c", b"1"]), (b"FLUSH", [b"c"])):
+        out: list[bytes] = []
+        pending = dispatcher.execute(ctx, [b"AI.SEMANTIC_CACHE", verb, *args], out)  # type: ignore[arg-type]
+        assert pending is not None
+        asyncio.run(pending)
+        assert not out[0].startswith(b"-"), out
+    assert barriers == [b"set", b"DEL", b"FLUSH"]
+    assert len(client.write_marks) == 3

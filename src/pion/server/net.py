@@ -4,6 +4,15 @@ Request path: ``data_received`` feeds hiredis' C ``Reader``; every complete fram
 to the dispatcher, whose replies are collected in a list and written once per batch
 (``writelines``, so a large payload is never copied into a joined buffer).
 
+Before any reply is written the server's ``before_reply`` hooks run (the WAL writes its
+buffered records, and fsyncs under ``appendfsync always``). When a hook has work
+(``reply_pending``), a connection's batch is not written at once but handed to one
+``call_soon`` flush at the end of the loop iteration, so every client served in that
+iteration shares one WAL write and one fsync (Redis's ``beforeSleep``). A hook raising
+``CommandError`` (MISCONF) turns the replies of that batch's write commands — the slices
+the dispatcher recorded in ``client.write_marks`` — into that error: no write whose record
+did not reach the WAL is acknowledged.
+
 Flow control, per client:
   * An async handler in flight, or a transport above its high-water mark (the client
     is not reading), stops request processing and pauses reading; unparsed requests

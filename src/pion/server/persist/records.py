@@ -173,6 +173,7 @@ def _field_name(name: str) -> bytes:
     return raw
 
 
+_crc32c = crc32c.crc32c
 _TAG_I64 = struct.Struct("<cq")
 _TAG_U64 = struct.Struct("<cQ")
 
@@ -207,19 +208,18 @@ def encode_fields(fields: Mapping[str, Any]) -> list[Any]:
 def frame(rtype: RecordType, seq: int, fields: Mapping[str, Any]) -> list[Any]:
     """One whole record as buffers ready for ``os.writev``: header, payload parts, trailer."""
     payload = encode_fields(fields)
-    if len(payload) == 1:
+    if len(payload) == 1 and len(payload[0]) <= MAX_PAYLOAD:  # no zero-copy blob: the common case
         data = payload[0]
-        length = len(data)
-        payload_crc = crc32c.crc32c(data)
-    else:
-        length = sum(len(p) if not isinstance(p, memoryview) else p.nbytes for p in payload)
-        payload_crc = 0
-        for part in payload:
-            payload_crc = crc(part, payload_crc)
+        head = _HEADER_NO_CRC.pack(MAGIC, FORMAT_VERSION, rtype, 0, len(data), seq)
+        return [head + _U32.pack(_crc32c(head)), data, _U32.pack(_crc32c(data))]
+    length = sum(len(p) if not isinstance(p, memoryview) else p.nbytes for p in payload)
+    payload_crc = 0
+    for part in payload:
+        payload_crc = crc(part, payload_crc)
     if length > MAX_PAYLOAD:
         raise RecordFormatError(f"record payload of {length} bytes exceeds 4 GiB")
-    head = _HEADER_NO_CRC.pack(MAGIC, FORMAT_VERSION, int(rtype), 0, length, seq)
-    return [head + _U32.pack(crc32c.crc32c(head)), *payload, _U32.pack(payload_crc)]
+    head = _HEADER_NO_CRC.pack(MAGIC, FORMAT_VERSION, rtype, 0, length, seq)
+    return [head + _U32.pack(_crc32c(head)), *payload, _U32.pack(payload_crc)]
 
 
 def frame_bytes(rtype: RecordType, seq: int, fields: Mapping[str, Any]) -> bytes:
