@@ -57,6 +57,35 @@ def test_a_batch_with_nan_is_refused_and_nothing_is_stored(conn: redis.Redis, na
     assert stored == get_codec(name).encode(good)
 
 
+@pytest.mark.parametrize("name", ["int8", "turbo3", "mlx4g32"])
+@pytest.mark.parametrize("bad", [np.inf, -np.inf])
+def test_a_batch_with_inf_is_refused_and_nothing_is_stored(conn: redis.Redis, name: str, bad: float) -> None:
+    sid = f"inf_{name}_{bad}"
+    assert conn.execute_command("V.CREATE", sid, KV_DIM, "VQUANT", name) == b"OK"
+    good = rows(1, 5)
+    assert conn.execute_command("V.STOREBATCH", sid, 0, 0, good.tobytes()) == 1
+    data = rows(2, 6)
+    data[0, 3] = bad
+    with pytest.raises(redis.ResponseError) as info:
+        conn.execute_command("V.STOREBATCH", sid, 0, 1, data.tobytes())
+    assert str(info.value) == f"{name} cannot store NaN or Inf (found in row 0); nothing was stored"
+    with pytest.raises(redis.ResponseError, match="outside the 1 rows of layer 0"):
+        conn.execute_command("V.FETCH", sid, 0, "RANGE", 0, 2)
+    assert conn.execute_command("V.FETCH", sid, 0, "RANGE", 0, 1, "DTYPE", "raw") == get_codec(name).encode(good)
+
+
+@pytest.mark.parametrize("name", ["fp32", "fp16"])
+def test_fp32_and_fp16_store_nan_and_inf_faithfully_through_the_server(conn: redis.Redis, name: str) -> None:
+    sid = f"naninf_{name}"
+    data = rows(1, 6)
+    data[0, :4] = [np.nan, np.inf, -np.inf, 1e6]
+    assert conn.execute_command("V.CREATE", sid, KV_DIM, "VQUANT", name) == b"OK"
+    assert conn.execute_command("V.STOREBATCH", sid, 0, 0, data.tobytes()) == 1
+    back = np.frombuffer(conn.execute_command("V.FETCH", sid, 0, "RANGE", 0, 1), dtype="<f4")
+    big = 1e6 if name == "fp32" else 65504.0  # fp16 saturates finite values
+    assert (bool(np.isnan(back[0])), back[1:4].tolist()) == (True, [np.inf, -np.inf, big])
+
+
 @pytest.mark.parametrize("name", ["fp32", "fp16", *QUANTIZED])
 def test_each_format_round_trips_through_the_server(conn: redis.Redis, name: str) -> None:
     sid = f"rt_{name}"

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-import pytest
 
 from pion.client.runtimes.model_files import resolve_model
 from pion.common.ids import k_session
-from pion.llm.segments import ModelShape, chain_links, plan_chat, root_namespace
+from pion.llm.segments import (
+    ChainLink,
+    ModelShape,
+    SegmentKV,
+    chain_links,
+    child_namespace,
+    plan_chat,
+    root_namespace,
+)
+from pion.llm.stores import MemorySegmentStore, PionSegmentStore
 from support.llm_procs import MODEL, start_llm
 from support.procs import ServerProcess
 
@@ -44,7 +52,7 @@ def test_budget_eviction_stays_under_the_budget_and_never_drops_an_interior_segm
 
     resolved = resolve_model(MODEL)
     tok = AutoTokenizer.from_pretrained(resolved.path)
-    root = root_namespace(ModelShape(resolved.model_id, *SHAPE_ARGS), "fp16")
+    root = root_namespace(ModelShape(*SHAPE_ARGS, model_id=resolved.model_id), "fp16")
     budget_bytes = int(BUDGET_GB * 1024**3)
     llm = start_llm(tmp_path, "--pion-port", str(pion_server.port), "--pion-budget-gb", str(BUDGET_GB))
     chains: list[list[str]] = []
@@ -71,6 +79,21 @@ def test_budget_eviction_stays_under_the_budget_and_never_drops_an_interior_segm
         llm.stop()
 
 
-@pytest.mark.parametrize("tokens", [1, 100])
-def test_segment_bytes_match_the_servers_fp16_accounting(tokens: int) -> None:
-    assert ModelShape("m", *SHAPE_ARGS).segment_bytes(tokens) == tokens * BYTES_PER_TOKEN
+def test_the_budget_counts_the_bytes_pion_server_really_holds_in_every_storage_format(
+        pion_server: ServerProcess) -> None:
+    import torch
+
+    shape = ModelShape(2, 2, 32, model_id="budget-bytes")
+    n_tokens = 7
+    for fmt in ("fp16", "fp32", "int8", "fp8", "turbo4", "mlx4g32"):
+        store = PionSegmentStore(shape, fmt, port=pion_server.port)
+        rows = SegmentKV(torch.randn(2, 2, n_tokens, 32), torch.randn(2, 2, n_tokens, 32))
+        link = ChainLink(child_namespace(root_namespace(shape, fmt), list(range(n_tokens))), None, n_tokens, 0)
+        before = vstore_bytes(pion_server)
+        assert store.store(link, rows) is True
+        assert vstore_bytes(pion_server) - before == store.stored_bytes(shape, n_tokens)
+    assert ModelShape(*SHAPE_ARGS).segment_bytes(100) == 100 * BYTES_PER_TOKEN
+
+
+def test_the_in_process_store_counts_the_model_dtype_bytes() -> None:
+    assert MemorySegmentStore(4).stored_bytes(ModelShape(*SHAPE_ARGS), 10) == 2 * 10 * BYTES_PER_TOKEN

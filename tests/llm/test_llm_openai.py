@@ -68,6 +68,14 @@ def test_chat_completion_has_the_openai_shape(llm: LlmProcess) -> None:
     assert resp.usage.completion_tokens <= 6
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
     assert resp.usage.prompt_tokens_details.cached_tokens >= 0
+    raw = httpx.post(f"{llm.url}/v1/chat/completions", timeout=120,
+                     json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}).json()
+    assert sorted(raw) == ["choices", "created", "id", "model", "object", "system_fingerprint", "usage"]
+    assert isinstance(raw["created"], int)
+    choice = raw["choices"][0]
+    assert (sorted(choice), choice["index"], choice["logprobs"]) == (["finish_reason", "index", "logprobs",
+                                                                      "message"], 0, None)
+    assert sorted(raw["usage"]) == ["completion_tokens", "prompt_tokens", "prompt_tokens_details", "total_tokens"]
 
 
 def test_streaming_sends_chat_completion_chunks_ending_with_done(llm: LlmProcess) -> None:
@@ -83,6 +91,8 @@ def test_streaming_sends_chat_completion_chunks_ending_with_done(llm: LlmProcess
     chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert len({(c["id"], c["created"], c["model"]) for c in chunks}) == 1
+    assert chunks[-2]["choices"][0]["delta"] == {}
     assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"]["completion_tokens"] <= 6
@@ -151,6 +161,8 @@ def test_bad_chat_requests_get_openai_shaped_400s(llm: LlmProcess, body: dict[st
     resp = httpx.post(f"{llm.url}/v1/chat/completions", json=body, timeout=30)
     assert resp.status_code == 400
     error = resp.json()["error"]
+    assert sorted(resp.json()) == ["error"]
+    assert sorted(error) == ["code", "message", "param", "type"]
     assert error["type"] == "invalid_request_error"
     assert error["param"].split(".")[0] == param
     assert isinstance(error["message"], str)
@@ -197,6 +209,7 @@ def test_a_full_queue_answers_429_and_a_disconnect_cancels_generation(llm: LlmPr
             chat(llm, "One request too many.", max_tokens=3)
         assert info.value.status_code == 429
         assert info.value.body["code"] == "rate_limit_exceeded"
+        assert info.value.body["type"] == "rate_limit_error"
     # Leaving the block closed the stream mid-generation; the queued request now runs.
     thread.join(timeout=120)
     assert waiting["resp"].choices[0].finish_reason in ("stop", "length")

@@ -11,7 +11,7 @@ from pion.llm.budget import LruLeafBudget
 from pion.llm.segments import ModelShape, chain_links, child_namespace, plan_chat, plan_text, root_namespace
 from support.llm_procs import MODEL
 
-ROOT = root_namespace(ModelShape("m@1", 30, 3, 64), "fp16")
+ROOT = root_namespace(ModelShape(30, 3, 64, model_id="m@1"), "fp16")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,8 @@ def test_a_segment_namespace_depends_on_its_whole_lineage() -> None:
     same_ids = [5, 6, 7]
     assert child_namespace(Namespace("p1"), same_ids) != child_namespace(Namespace("p2"), same_ids)
     assert child_namespace(Namespace("p1"), same_ids) == child_namespace(Namespace("p1"), list(same_ids))
-    assert root_namespace(ModelShape("m@1", 30, 3, 64), "fp16") != root_namespace(ModelShape("m@1", 30, 3, 64), "fp8")
+    shape = ModelShape(30, 3, 64, model_id="m@1")
+    assert root_namespace(shape, "fp16") != root_namespace(shape, "fp8")
 
 
 def test_a_raw_prompt_is_cut_into_whole_chunks_and_the_end_is_never_stored() -> None:

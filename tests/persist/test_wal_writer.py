@@ -43,7 +43,15 @@ def test_always_waits_for_an_fsync_started_after_the_append(tmp_path: Path) -> N
         wal.append(RecordType.FLUSHALL, {})
         wal._fd_lock.acquire()  # hold the next fsync at the door
         first = asyncio.ensure_future(wal.sync_barrier())
-        await asyncio.sleep(0.3)  # the helper thread has noted "covers seq 1" and waits
+        # Wait until the helper thread has noted "covers seq 1" and waits at the lock in _sync_fd
+        # (polled: a fixed sleep was flaky on a loaded machine).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            group = wal._group
+            frame = sys._current_frames().get(group.ident) if group is not None and group.ident else None
+            if frame is not None and frame.f_code.co_name == "_sync_fd":
+                break
         wal.append(RecordType.FLUSHALL, {})  # written while that fsync is pending
         wal._fd_lock.release()
         await first

@@ -111,11 +111,18 @@ def test_streaming_miss_is_stored_and_a_streaming_hit_replays_it(proxy: ProxyPro
     assert (answer, header) == (text1, "HIT")
 
 
-def test_stream_ends_with_done_marker(proxy: ProxyProcess) -> None:
+def test_stream_miss_and_hit_are_chunk_sse_ending_with_done_marker(proxy: ProxyProcess) -> None:
     body = {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": "sse raw check"}]}
-    r = httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=30)
-    assert r.headers["content-type"].startswith("text/event-stream")
-    assert r.text.rstrip().endswith("data: [DONE]")
+    for expected in ("MISS", "HIT"):
+        r = httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=30)
+        assert (r.headers["content-type"].split(";")[0], r.headers["x-pion-cache"]) == ("text/event-stream", expected)
+        events = [e for e in r.text.split("\n\n") if e]
+        assert all(e.startswith("data: ") for e in events)
+        assert events[-1] == "data: [DONE]"
+        chunks = [json.loads(e[len("data: "):]) for e in events[:-1]]
+        assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+        assert len({c["id"] for c in chunks}) == 1
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 def test_cache_control_no_cache_skips_lookup_and_no_store_skips_storing(proxy: ProxyProcess) -> None:
@@ -150,6 +157,8 @@ def test_backend_error_status_passes_through_and_is_not_cached(proxy: ProxyProce
             client.chat.completions.create(model="fake-model", messages=msgs)
         assert info.value.status_code == 500
         assert info.value.body["message"] == "fake overload"
+        assert (info.value.response.headers["x-pion-cache"], info.value.response.json()["x_pion"]["source"]) == (
+            "MISS", "full_inference")
 
 
 @pytest.mark.parametrize("body, message", [
@@ -166,6 +175,7 @@ def test_malformed_request_gets_openai_shaped_400(proxy: ProxyProcess, body: byt
     assert r.status_code == 400
     assert r.json()["error"]["message"] == message
     assert r.json()["error"]["type"] == "invalid_request_error"
+    assert r.headers["x-pion-cache"] == "BYPASS"
 
 
 def test_models_are_proxied_and_client_authorization_passes_through(proxy: ProxyProcess,
@@ -195,6 +205,51 @@ def test_health_stats_and_metrics_report_the_traffic(proxy: ProxyProcess) -> Non
     assert 'pion_serve_backend_latency_seconds_count{backend="vllm"}' in metrics
 
 
+SPEC_STATS_KEYS = ["total_requests", "l1_cache_hits", "l3_synthesis", "l3_direct", "l3_composite", "full_inference",
+                   "l1_hit_rate", "l3_synthesis_rate", "full_inference_rate", "cost_savings_pct", "rag_injections",
+                   "avg_latency_ms", "backend", "model", "cache_enabled", "distill_enabled", "rag_index", "embedder",
+                   "l3_concepts", "l3_fragments", "intent_router", "mlx_gpu", "v_store"]
+
+
+def test_stats_document_is_exactly_the_spec_schema_with_later_layers_zero_or_null(proxy: ProxyProcess) -> None:
+    ask(proxy, "Is the stats schema exact?", "schema")
+    stats = proxy.stats()
+    assert list(stats) == SPEC_STATS_KEYS
+    counts = ["total_requests", "l1_cache_hits", "l3_synthesis", "l3_direct", "l3_composite", "full_inference",
+              "rag_injections"]
+    assert [type(stats[k]) for k in counts] == [int] * len(counts)
+    rates = ["l1_hit_rate", "l3_synthesis_rate", "full_inference_rate", "cost_savings_pct", "avg_latency_ms"]
+    assert [type(stats[k]) for k in rates] == [float] * len(rates)
+    later = {k: stats[k] for k in ["l3_synthesis", "l3_direct", "l3_composite", "l3_synthesis_rate", "rag_injections",
+                                   "distill_enabled", "rag_index", "l3_concepts", "l3_fragments", "intent_router",
+                                   "mlx_gpu", "v_store"]}
+    assert later == {"l3_synthesis": 0, "l3_direct": 0, "l3_composite": 0, "l3_synthesis_rate": 0.0,
+                     "rag_injections": 0, "distill_enabled": False, "rag_index": None, "l3_concepts": None,
+                     "l3_fragments": None, "intent_router": None, "mlx_gpu": None, "v_store": None}
+    assert (stats["backend"], stats["model"], stats["cache_enabled"]) == ("vllm", None, True)
+    assert stats["embedder"] == {"backend": "pion", "sie_url": None, "sie_model": "BAAI/bge-small-en-v1.5",
+                                 "calls": {"sie": 0, "ollama": 0, "pion": stats["embedder"]["calls"]["pion"]}}
+    assert stats["cost_savings_pct"] == round(stats["l1_hit_rate"] * 100, 2)
+
+
+def _metric(proxy: ProxyProcess, name: str) -> float:
+    for line in httpx.get(proxy.url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} missing from /metrics")
+
+
+def test_similarity_histogram_and_x_pion_cover_misses_below_the_threshold(proxy: ProxyProcess) -> None:
+    before = (_metric(proxy, "pion_serve_lookup_similarity_count"), _metric(proxy, "pion_serve_cache_lookups_total"))
+    first = ask(proxy, "How do I export my data to CSV?", "histogram")
+    unrelated = ask(proxy, "What is the capital of Australia?", "histogram")
+    after = (_metric(proxy, "pion_serve_lookup_similarity_count"), _metric(proxy, "pion_serve_cache_lookups_total"))
+    assert (first[1], "similarity" in first[2]) == ("MISS", False)  # empty scope: nothing to compare
+    assert unrelated[1] == "MISS"
+    assert 0.0 < unrelated[2]["similarity"] < 0.85
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 2)
+
+
 def test_a_miss_embeds_the_question_once_on_the_server(proxy: ProxyProcess,
                                                        shared_pion_server: ServerProcess) -> None:
     def embedded() -> int:
@@ -216,7 +271,7 @@ def test_backend_down_answers_502_with_a_clear_message(shared_pion_server: Serve
                        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 502
         assert r.json()["error"]["message"].startswith(f"backend 'vllm' at http://127.0.0.1:{dead} is unreachable")
-        assert r.headers["x-pion-cache"] == "BYPASS"
+        assert (r.headers["x-pion-cache"], r.json()["x_pion"]["source"]) == ("BYPASS", "full_inference")
     finally:
         p.stop()
 

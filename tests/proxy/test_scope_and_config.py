@@ -71,6 +71,28 @@ def test_config_defaults_match_the_spec() -> None:
     assert (config.host, config.embed_backend, config.cache_active) == ("127.0.0.1", "auto", True)
 
 
+def test_every_cli_reference_flag_of_this_layer_parses() -> None:
+    config = load_config(["--backend", "ollama", "--backend-url", "http://127.0.0.1:9", "--model", "m",
+                          "--port", "9001", "--pion-host", "127.0.0.2", "--pion-port", "9002",
+                          "--pion-password", "pw", "--cache-threshold", "0.9", "--no-cache",
+                          "--ollama-url", "http://127.0.0.1:10", "--embed-backend", "sie",
+                          "--sie-url", "http://127.0.0.1:11", "--sie-model", "bge"], env={})
+    assert (config.backend, config.backend_url, config.model, config.port, config.pion_host, config.pion_port,
+            config.pion_password, config.cache_threshold, config.cache_enabled, config.ollama_url,
+            config.embed_backend, config.sie_url, config.sie_model) == (
+        "ollama", "http://127.0.0.1:9", "m", 9001, "127.0.0.2", 9002, "pw", 0.9, False, "http://127.0.0.1:10",
+        "sie", "http://127.0.0.1:11", "bge")
+
+
+def test_ollama_backend_uses_ollama_url_unless_backend_url_is_given() -> None:
+    assert load_config(["--backend", "ollama", "--ollama-url", "http://127.0.0.1:7"], env={}
+                       ).effective_backend_url == "http://127.0.0.1:7"
+    assert load_config(["--backend", "ollama", "--ollama-url", "http://127.0.0.1:7", "--backend-url",
+                        "http://127.0.0.1:8"], env={}).effective_backend_url == "http://127.0.0.1:8"
+    assert load_config(["--backend", "vllm", "--ollama-url", "http://127.0.0.1:7"], env={}
+                       ).effective_backend_url is None
+
+
 def test_flags_override_environment_which_overrides_defaults() -> None:
     env = {"PION_SERVE_BACKEND": "ollama", "PION_SERVE_CACHE_THRESHOLD": "0.9", "PION_SERVE_CACHE_ENABLED": "0"}
     config = load_config(["--backend", "claude", "--model", "claude-3-5-sonnet-20241022"], env=env)

@@ -72,6 +72,20 @@ def test_get_withvector_returns_the_query_vector_on_a_miss_and_on_a_hit(conn: re
     assert str(info.value) == "option WITHVECTOR given twice"
 
 
+def test_get_withbest_reports_the_best_similarity_on_a_miss(conn: redis.Redis) -> None:
+    assert _cache(conn, "GET", "wb", "s", "q", "VECTOR", _blob([1, 0]), "WITHBEST") == [None, None, None, None]
+    eid = _cache(conn, "SET", "wb", "s", "q", "a", "VECTOR", _blob([1, 0]))
+    miss = _cache(conn, "GET", "wb", "s", "q", "VECTOR", _blob([3, 4]), "THRESHOLD", "0.9", "WITHBEST")
+    assert miss == [None, b"0.6", None, None]
+    hit = _cache(conn, "GET", "wb", "s", "q", "WITHBEST", "VECTOR", _blob([3, 4]), "THRESHOLD", "0.5")
+    assert (hit[0], hit[1], hit[2]) == (b"a", b"0.6", eid)
+    both = _cache(conn, "GET", "wb", "s", "q", "VECTOR", _blob([0, 1]), "WITHVECTOR", "WITHBEST")
+    assert (both[:4], len(both[4])) == ([None, b"0.0", None, None], 8)
+    with pytest.raises(redis.ResponseError) as info:
+        _cache(conn, "GET", "wb", "s", "q", "WITHBEST", "WITHBEST")
+    assert str(info.value) == "option WITHBEST given twice"
+
+
 def test_ttl_expires_an_entry(conn: redis.Redis) -> None:
     vec = _blob([0, 0, 1])
     _cache(conn, "SET", "t4", "s", "Is parking free?", "Yes", "TTL", "0.5", "VECTOR", vec)

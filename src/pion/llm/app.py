@@ -77,8 +77,7 @@ class ModelWorker:
 
     def submit(self, plan: PromptPlan, params: SamplingParams) -> Job:
         if self.engine is None:
-            raise ApiError(503, self.load_error or "the model is still loading; retry shortly",
-                           "server_error", code="model_loading")
+            raise self.not_ready()
         if self._jobs.qsize() >= self.max_queue:
             raise ApiError(429, f"too many requests waiting (--max-queue {self.max_queue}); retry shortly",
                            "rate_limit_error", code="rate_limit_exceeded")
@@ -86,6 +85,12 @@ class ModelWorker:
         self._jobs.put_nowait(job)
         self.metrics.queue_depth.set(self._jobs.qsize())
         return job
+
+    def not_ready(self) -> ApiError:
+        """The 503 for a request that arrives before the model is usable (loading, or failed to load)."""
+        if self.load_error:
+            return ApiError(503, self.load_error, "server_error", code="model_load_failed")
+        return ApiError(503, "the model is still loading; retry shortly", "server_error", code="model_loading")
 
     async def run(self) -> None:
         while True:
@@ -232,8 +237,7 @@ def create_app(model_name: str, max_queue: int, engine_factory: EngineFactory) -
 
 def _ready_engine(worker: ModelWorker) -> Engine:
     if worker.engine is None:
-        raise ApiError(503, worker.load_error or "the model is still loading; retry shortly", "server_error",
-                       code="model_loading")
+        raise worker.not_ready()
     return worker.engine
 
 

@@ -11,7 +11,8 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pion.common.errors import ConfigError
+from pion.codecs import get_codec
+from pion.common.errors import CodecError, ConfigError
 
 DEFAULT_PORT = 8322
 DEFAULT_PION_PORT = 1974
@@ -114,5 +115,10 @@ def load_config(argv: Sequence[str] | None = None) -> LlmConfig:
 
     argparse converts string defaults with the flag's type, so a bad env value is reported like a bad flag.
     """
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    try:
+        get_codec(ns.vquant)  # an unknown format would fail every store later, quietly; refuse it now
+    except CodecError as exc:
+        parser.error(f"--vquant: {exc}")
     return LlmConfig(**vars(ns))

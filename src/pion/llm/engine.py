@@ -146,9 +146,14 @@ class Engine:
             prefill_ms = sum(k for k in known if k is not None) if known and None not in known else None
             self.store.credit(links[:len(restored)] or links[:1], n_restored, prefill_ms)
             if restored:
-                self.budget.touch_chain((link.namespace, link.parent, self.shape.segment_bytes(link.n_tokens))
-                                        for link in links[:len(restored)])
+                self.budget.touch_chain([(link.namespace, link.parent, self._segment_bytes(link))
+                                         for link in links[:len(restored)]])
         return Generation(self, plan, links, restored, params, started)
+
+    def _segment_bytes(self, link: ChainLink) -> int:
+        """What the store really holds for this segment (the budget's unit; see ``SegmentStore.stored_bytes``)."""
+        assert self.store is not None  # noqa: S101 - only called with a store
+        return self.store.stored_bytes(self.shape, link.n_tokens)
 
     def store_segments(self, restored: list[ChainLink], new_rows: list[tuple[ChainLink, SegmentKV]]) -> None:
         """Store newly prefilled segments (in chain order), then evict leaves over the budget."""
@@ -161,8 +166,8 @@ class Engine:
             stored.append(link)
             if rows.prefill_ms is not None:
                 self.prefill_ms_by_ns[link.namespace] = rows.prefill_ms
-        self.budget.touch_chain((link.namespace, link.parent, self.shape.segment_bytes(link.n_tokens))
-                                for link in [*restored, *stored])
+        self.budget.touch_chain([(link.namespace, link.parent, self._segment_bytes(link))
+                                 for link in [*restored, *stored]])
         victims = self.budget.victims()
         if victims:
             dropped = self.store.drop(victims)

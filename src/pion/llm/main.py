@@ -33,7 +33,7 @@ def make_engine(config: LlmConfig) -> Engine:
     model, tokenizer = load_model(config.model, device=config.device)
     store: SegmentStore | None = None
     if config.cache_mode == "memory":
-        store = MemorySegmentStore()
+        store = MemorySegmentStore(next(model.parameters()).element_size())
     elif config.cache_mode == "pion-server":
         store = PionSegmentStore(ModelShape.of(model), config.vquant, config.pion_host, config.pion_port,
                                  config.pion_password)

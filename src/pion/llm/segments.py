@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from pion.client.runtimes.transformers_kv import KvShape
+from pion.codecs import get_codec
 from pion.common.ids import Namespace
 
 NAMESPACE_VERSION = "v1"
@@ -39,30 +41,27 @@ DEFAULT_CHUNK_TOKENS = 128
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """What a segment's rows look like for one model, and the identity that goes in namespaces."""
+class ModelShape(KvShape):
+    """The client runtime's K/V geometry (``KvShape``) plus the identity that goes in namespaces.
 
-    model_id: str
-    n_layers: int
-    n_kv_heads: int
-    head_dim: int
+    One geometry class serves both the prompt cache and pion-llm; this adds only what a lineage needs.
+    """
 
-    @property
-    def kv_dim(self) -> int:
-        return self.n_kv_heads * self.head_dim
+    model_id: str = field(default="", kw_only=True)
 
-    def segment_bytes(self, n_tokens: int, bytes_per_value: int = 2) -> int:
-        """Stored bytes of one segment, both sides, every layer (fp16 by default)."""
-        return 2 * self.n_layers * n_tokens * self.kv_dim * bytes_per_value
+    def segment_bytes(self, n_tokens: int, fmt: str = "fp16") -> int:
+        """Bytes pion-server holds for one segment stored in ``fmt``: both sides, every layer.
+
+        The codec's exact row size, so the budget matches the server's ``vstore_bytes`` for every format.
+        """
+        return 2 * self.n_layers * n_tokens * get_codec(fmt).row_bytes(self.kv_dim)
 
     @classmethod
     def of(cls, model: Any) -> ModelShape:
+        kv = KvShape.from_config(model.config)
         cfg = model.config
-        n_heads = int(cfg.num_attention_heads)
-        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
-        n_kv_heads = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
         model_id = str(getattr(model, "pion_model_id", None) or cfg.name_or_path or cfg.model_type)
-        return cls(model_id, int(cfg.num_hidden_layers), n_kv_heads, head_dim)
+        return cls(kv.n_layers, kv.n_kv_heads, kv.head_dim, model_id=model_id)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Where segment rows live: pion-server (shared, survives restarts) or this process's memory.
 
-Both stores answer the same four calls, made only from pion-llm's single model worker:
+Both stores answer the same calls, made only from pion-llm's single model worker:
 
 - ``fetch_chain(links)``: the rows of the longest stored prefix of a chain, root first. Called once
   per request before prefill. A segment that is missing, half written or fails to decode ends the
@@ -9,6 +9,9 @@ Both stores answer the same four calls, made only from pion-llm's single model w
   value receipt. Called once per request.
 - ``store(link, rows)``: keep a newly prefilled segment. Called after the response is done.
 - ``drop(namespaces)``: forget segments the budget evicted.
+- ``stored_bytes(shape, n_tokens)``: what holding a segment of ``n_tokens`` costs this store, in the
+  form it really keeps (the budget's unit): the storage format's exact row size on pion-server, the
+  model dtype's bytes in memory.
 
 ``PionSegmentStore`` wire usage per request, all pipelined (one round trip each line)::
 
@@ -51,13 +54,16 @@ class SegmentStore(Protocol):
 
     def drop(self, namespaces: Sequence[Namespace]) -> int: ...
 
+    def stored_bytes(self, shape: ModelShape, n_tokens: int) -> int: ...
+
     def status(self) -> dict[str, Any]: ...
 
 
 class MemorySegmentStore:
     """Segments kept as tensors in this process (``--no-pion``): no transfer, no persistence."""
 
-    def __init__(self) -> None:
+    def __init__(self, bytes_per_value: int = 4) -> None:
+        self.bytes_per_value = bytes_per_value  # segments are kept in the model's dtype (fp32: 4)
         self._rows: dict[Namespace, SegmentKV] = {}
         self.hits = 0
         self.misses = 0
@@ -83,6 +89,9 @@ class MemorySegmentStore:
 
     def drop(self, namespaces: Sequence[Namespace]) -> int:
         return sum(self._rows.pop(ns, None) is not None for ns in namespaces)
+
+    def stored_bytes(self, shape: ModelShape, n_tokens: int) -> int:
+        return 2 * shape.n_layers * n_tokens * shape.kv_dim * self.bytes_per_value
 
     def status(self) -> dict[str, Any]:
         return {"backend": "memory", "status": "ok", "segments": len(self._rows),
@@ -228,6 +237,9 @@ class PionSegmentStore:
         except Exception as exc:  # noqa: BLE001
             self._mark_down(exc)
             return 0
+
+    def stored_bytes(self, shape: ModelShape, n_tokens: int) -> int:
+        return shape.segment_bytes(n_tokens, self.vquant)
 
     def status(self) -> dict[str, Any]:
         with self._lock:

@@ -38,7 +38,7 @@ def make_app(config: ServeConfig) -> FastAPI:
                                     config.cache_name, config.pion_retry_s)
         embedder = EmbedderChoice(config, cache, http)
         stats = ServeStats()
-        backend = make_backend(config.backend, config.backend_url, http)
+        backend = make_backend(config.backend, config.effective_backend_url, http)
         state.update(http=http, cache=cache, embedder=embedder, stats=stats, backend=backend,
                      chat=ChatCompletions(config, backend, cache, embedder, stats))
         warm = asyncio.create_task(embedder.resolve()) if config.cache_active else None

@@ -38,6 +38,15 @@ class CacheHit:
     meta: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class LookupReply:
+    """What one lookup learned: the hit, the best similarity seen, the query vector."""
+
+    hit: CacheHit | None = None
+    best_similarity: float | None = None
+    vector: np.ndarray | None = None
+
+
 class SemanticCacheClient:
     """Async AI.SEMANTIC_CACHE client that degrades to "cache down" instead of failing."""
 
@@ -111,41 +120,45 @@ class SemanticCacheClient:
 
     async def get(self, scope: ScopeKey, text: str, threshold: float,
                   vector: np.ndarray | None = None) -> CacheHit | None:
-        return (await self.get_with_vector(scope, text, threshold, vector, want_vector=False))[0]
+        return (await self.lookup(scope, text, threshold, vector, want_vector=False)).hit
 
-    async def get_with_vector(self, scope: ScopeKey, text: str, threshold: float,
-                              vector: np.ndarray | None = None, want_vector: bool = True
-                              ) -> tuple[CacheHit | None, np.ndarray | None]:
-        """(hit or None, the query vector the server used or None).
+    async def lookup(self, scope: ScopeKey, text: str, threshold: float,
+                     vector: np.ndarray | None = None, want_vector: bool = True) -> LookupReply:
+        """One GET ... WITHBEST: the hit (or None), the best similarity in the scope even on
+        a miss (None when the scope is empty or the server is down), and, with
+        ``want_vector``, the query vector the server embedded.
 
-        With ``want_vector`` the GET carries WITHVECTOR: the server returns the vector it
-        embedded, hit or miss, so storing the answer after a miss (SET ... VECTOR) does not
-        embed the same text a second time.
+        WITHBEST lets /metrics histogram the similarity of every lookup; WITHVECTOR lets
+        the proxy store the answer after a miss (SET ... VECTOR) without embedding the same
+        text a second time.
         """
         args: list[Any] = ["AI.SEMANTIC_CACHE", "GET", self.cache_name, scope, text, "THRESHOLD", str(threshold)]
         if vector is not None:
             args += ["VECTOR", vector.astype("<f4").tobytes()]
         if want_vector:
             args.append("WITHVECTOR")
+        args.append("WITHBEST")
         try:
             reply = await self._call(*args)
         except RedisError as exc:
             self.last_error = str(exc)
-            return None, None
+            return LookupReply()
         if reply is None:
-            return None, None
+            return LookupReply()
         query_vec: np.ndarray | None = None
+        best: float | None = None
         try:
             if want_vector:
                 query_vec = np.frombuffer(reply[4], dtype="<f4").astype(np.float32)
-                if reply[0] is None:
-                    return None, query_vec
+            best = float(reply[1]) if reply[1] is not None else None
+            if reply[0] is None:
+                return LookupReply(None, best, query_vec)
             response = json.loads(reply[0])
             meta = json.loads(reply[3]) if reply[3] is not None else {}
-            return CacheHit(response, float(reply[1]), int(reply[2]), meta), query_vec
+            return LookupReply(CacheHit(response, float(reply[1]), int(reply[2]), meta), best, query_vec)
         except (ValueError, IndexError, TypeError) as exc:
             self.last_error = f"malformed cache entry: {exc}"
-            return None, query_vec
+            return LookupReply(None, best, query_vec)
 
     async def set(self, scope: ScopeKey, text: str, response: dict[str, Any], meta: dict[str, Any],
                   ttl_s: float | None, vector: np.ndarray | None = None) -> int | None:

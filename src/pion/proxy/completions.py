@@ -95,7 +95,7 @@ class ChatCompletions:
                 raise BadRequest("'model' is required")
         except BadRequest as exc:
             self.stats.record("error", _ms(t0))
-            return JSONResponse(openai_error(str(exc)), status_code=400)
+            return JSONResponse(openai_error(str(exc)), status_code=400, headers={"x-pion-cache": "BYPASS"})
         policy = cache_policy(body, headers, self.config.cache_active)
         body = {k: v for k, v in body.items() if k != "cache"} | {"model": model}
         look = await self._lookup(body, policy, model)
@@ -107,11 +107,15 @@ class ChatCompletions:
             return await self._complete_miss(body, headers, look, t0)
         except BackendUnavailable as exc:
             self.stats.record("error", _ms(t0))
-            return JSONResponse(openai_error(str(exc), "backend_unavailable"), status_code=502,
-                                headers={"x-pion-cache": look.header})
+            payload = openai_error(str(exc), "backend_unavailable")
+            payload["x_pion"] = self._x_pion("full_inference", t0, look)
+            return JSONResponse(payload, status_code=502, headers={"x-pion-cache": look.header})
         except BackendHTTPError as exc:
             self.stats.record("error", _ms(t0))
-            return JSONResponse(exc.payload, status_code=exc.status, headers={"x-pion-cache": look.header})
+            payload = exc.payload
+            if isinstance(payload, dict):  # the backend's error body, plus where it came from
+                payload = {**payload, "x_pion": self._x_pion("full_inference", t0, look)}
+            return JSONResponse(payload, status_code=exc.status, headers={"x-pion-cache": look.header})
 
     async def _lookup(self, body: dict[str, Any], policy: CachePolicy, model: str) -> Lookup:
         look = Lookup()
@@ -126,14 +130,18 @@ class ChatCompletions:
             return look
         # When the server embeds (vector None) and the answer may be stored, ask for the
         # vector back: a miss then stores with SET ... VECTOR, one embedding per request.
-        hit, server_vec = await self.cache.get_with_vector(look.scope, look.text, self.config.cache_threshold,
-                                                           vector, want_vector=vector is None and policy.store)
-        if server_vec is not None:
-            look.vector = server_vec
+        reply = await self.cache.lookup(look.scope, look.text, self.config.cache_threshold,
+                                        vector, want_vector=vector is None and policy.store)
+        if reply.vector is not None:
+            look.vector = reply.vector
         look.ran = self.cache.available
-        if hit is not None:
-            look.similarity = hit.similarity
-            self.stats.m_similarity.observe(hit.similarity)
+        if look.ran:
+            self.stats.m_lookups.inc()
+        if reply.best_similarity is not None:
+            # Every lookup that had an entry to compare, hit or miss (GET ... WITHBEST).
+            look.similarity = reply.best_similarity
+            self.stats.m_similarity.observe(reply.best_similarity)
+        if (hit := reply.hit) is not None:
             verdict = guard.check(look.text, str(hit.meta.get("q", "")))
             if self.config.guard_enabled and not verdict.ok:
                 self.stats.guard_rejections += 1

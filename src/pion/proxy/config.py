@@ -60,6 +60,14 @@ class ServeConfig:
             raise ConfigError(f"cache_ttl_s: {self.cache_ttl_s} must be positive")
 
     @property
+    def effective_backend_url(self) -> str | None:
+        """--backend-url; for the ollama backend --ollama-url when that is unset; else
+        None (the backend's own default)."""
+        if self.backend_url is None and self.backend == "ollama":
+            return self.ollama_url
+        return self.backend_url
+
+    @property
     def cache_active(self) -> bool:
         """Whether L1 is configured at all (it may still be down at runtime)."""
         return self.cache_enabled and self.embed_backend != "none"

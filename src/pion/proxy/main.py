@@ -19,7 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pion-serve: {exc}", file=sys.stderr)
         return 2
     cache = "off" if not config.cache_active else f"L1 in pion-server {config.pion_host}:{config.pion_port}"
-    print(f"pion-serve: backend {config.backend} ({config.backend_url or 'default URL'}), cache {cache}, "
+    print(f"pion-serve: backend {config.backend} ({config.effective_backend_url or 'default URL'}), cache {cache}, "
           f"listening on http://{config.host}:{config.port}", flush=True)
     uvicorn.run(make_app(config), host=config.host, port=config.port, log_level="warning",
                 access_log=False)

@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-SIMILARITY_BUCKETS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99, 1.0)
+SIMILARITY_BUCKETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99, 1.0)
 
 
 @dataclass
@@ -36,8 +36,13 @@ class ServeStats:
                                registry=r)
         self.m_backend = Histogram("pion_serve_backend_latency_seconds", "Backend call latency",
                                    ["backend"], registry=r)
+        self.m_lookups = Counter("pion_serve_cache_lookups", "L1 lookups that reached pion-server",
+                                 registry=r)
+        # Observed for every lookup whose scope held an entry, hit or miss: the server
+        # reports the best similarity below the threshold too (GET ... WITHBEST). Lookups
+        # in an empty scope have no similarity: lookups_total - this count.
         self.m_similarity = Histogram("pion_serve_lookup_similarity",
-                                      "Best similarity returned by each L1 lookup that found a candidate",
+                                      "Best similarity of each L1 lookup (hit or miss) in a non-empty scope",
                                       buckets=SIMILARITY_BUCKETS, registry=r)
 
     def record(self, source: str, latency_ms: float) -> None:

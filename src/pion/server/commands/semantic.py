@@ -4,11 +4,15 @@
         -> one 384-dim float32 little-endian blob (1536 bytes) per text
     AI.SEMANTIC_CACHE SET <cache> <scope> <text> <response> [TTL <s>] [VECTOR <blob>] [META <json>]
         -> integer entry id
-    AI.SEMANTIC_CACHE GET <cache> <scope> <text> [THRESHOLD <t>] [VECTOR <blob>] [WITHVECTOR]
+    AI.SEMANTIC_CACHE GET <cache> <scope> <text> [THRESHOLD <t>] [VECTOR <blob>] [WITHVECTOR] [WITHBEST]
         -> [response, similarity, id, meta] or nil (below threshold / empty scope)
         WITHVECTOR: always [response, similarity, id, meta, vector] (the first four nil on a
         miss; vector = the unit-norm fp32 query vector), so a client that stores the answer
         after a miss passes it back with SET ... VECTOR and the text is embedded only once.
+        WITHBEST: a miss replies [nil, best, nil, nil] instead of nil, best = the highest
+        similarity in the scope (below the threshold; nil when the scope is empty), so a
+        client can histogram the similarity of every lookup. With WITHVECTOR too:
+        [nil, best, nil, nil, vector].
     AI.SEMANTIC_CACHE DEL <cache> <id> [<id> ...]   -> number removed
     AI.SEMANTIC_CACHE FLUSH <cache>                 -> number removed
     AI.SEMANTIC_CACHE INFO <cache>                  -> map of counters
@@ -194,14 +198,14 @@ async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] 
     cache, scope = _text(args[0], "cache name"), args[1].decode("utf-8", "replace")
     text = _text(args[2], "text")
     pairs: list[bytes] = []
-    with_vector = False
+    flags: set[bytes] = set()
     rest = args[3:]
     i = 0
-    while i < len(rest):  # WITHVECTOR is a bare flag among NAME VALUE options
-        if rest[i].upper() == b"WITHVECTOR":
-            if with_vector:
-                raise CommandError("option WITHVECTOR given twice")
-            with_vector = True
+    while i < len(rest):  # WITHVECTOR / WITHBEST are bare flags among NAME VALUE options
+        if (flag := bytes(rest[i]).upper()) in (b"WITHVECTOR", b"WITHBEST"):
+            if flag in flags:
+                raise CommandError(f"option {flag.decode()} given twice")
+            flags.add(flag)
             i += 1
             continue
         pairs += rest[i:i + 2]
@@ -216,11 +220,12 @@ async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] 
     vec = await _query_vector(ctx, text, opts)
     if (problem := store.check_dim(cache, scope, len(vec))) is not None:
         raise CommandError(problem)
-    found = store.lookup(cache, scope, vec, threshold)
+    found, best = store.lookup_best(cache, scope, vec, threshold)
     receipt_of(ctx.server).record_semantic(found is not None)
-    tail = [np.asarray(vec, dtype="<f4").tobytes()] if with_vector else []
+    tail = [np.asarray(vec, dtype="<f4").tobytes()] if b"WITHVECTOR" in flags else []
     if found is None:
-        return [None, None, None, None, *tail] if with_vector else None
+        score = round(best, 6) if best is not None and b"WITHBEST" in flags else None
+        return [None, score, None, None, *tail] if flags else None
     entry, similarity = found
     return [entry.response, round(similarity, 6), entry.entry_id, entry.meta, *tail]
 

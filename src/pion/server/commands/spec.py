@@ -19,7 +19,11 @@ Family module convention (``commands/table.py`` lists the modules explicitly):
                                     (CommandTable), ``"clients"`` (id -> connection) and
                                     ``"server"`` (net.PionServer; append to its
                                     ``before_reply`` list to run code before each batch
-                                    of replies is written, e.g. a WAL group commit).
+                                    of replies is written, e.g. a WAL group commit, and
+                                    to ``reply_pending`` a predicate saying it has work,
+                                    so batches of one loop iteration share one call;
+                                    a hook raising CommandError turns that batch's write
+                                    replies into the error — see net.py).
   ``shutdown(state)``               optional, sync or async; called once at shutdown
                                     after clients are drained, last family first. Flush
                                     here.

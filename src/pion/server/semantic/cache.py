@@ -150,9 +150,19 @@ class SemanticCacheStore:
     def lookup(self, cache: str, scope: str, vec: np.ndarray,
                threshold: float) -> tuple[CacheEntry, float] | None:
         """Best live entry of ``scope`` with cosine >= ``threshold``; counts hit/miss."""
+        return self.lookup_best(cache, scope, vec, threshold)[0]
+
+    def lookup_best(self, cache: str, scope: str, vec: np.ndarray, threshold: float
+                    ) -> tuple[tuple[CacheEntry, float] | None, float | None]:
+        """(hit or None, best live similarity or None when the scope is empty).
+
+        The best similarity is reported on a miss too, so a client can histogram every
+        lookup (GET ... WITHBEST), not only those that cleared the threshold.
+        """
         named = self._caches.get(cache)
         index = named.scopes.get(scope) if named else None
         found: tuple[CacheEntry, float] | None = None
+        best_sim: float | None = None
         if named is not None and index is not None:
             now = self._clock()
             while (best := index.search(vec)) is not None:
@@ -161,6 +171,7 @@ class SemanticCacheStore:
                     self._mutated("expire", cache=cache, entry_id=entry.entry_id)
                     self._remove(named, entry.entry_id)
                     continue
+                best_sim = best[1]
                 if best[1] >= threshold:
                     found = (entry, best[1])
                 break
@@ -169,7 +180,7 @@ class SemanticCacheStore:
                 named.misses += 1
             else:
                 named.hits += 1
-        return found
+        return found, best_sim
 
     def delete(self, cache: str, entry_ids: list[int]) -> int:
         named = self._caches.get(cache)
