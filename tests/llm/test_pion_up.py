@@ -40,6 +40,14 @@ def group_exists(pgid: int) -> bool:
     return True
 
 
+def test_make_up_runs_pion_up_offline() -> None:
+    root = Path(__file__).resolve().parents[2]
+    # -o: treat the setup stamp as up to date, so this only prints the `up` recipe.
+    out = subprocess.run(["make", "-n", "-o", ".venv/.pion-installed", "up"], cwd=root, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip().splitlines() == ["HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/pion up"]
+
+
 @pytest.mark.slow
 def test_pion_up_comes_up_serves_a_chat_and_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
     from openai import OpenAI
