@@ -108,11 +108,10 @@ def test_kill9_during_concurrent_storebatch_loses_nothing_acknowledged(tmp_path:
     data_dir = tmp_path / "data"
     server = start_server(data_dir, "--appendfsync", policy)
     streams = [Stream(f"s{i}", i) for i in range(4)]
-    setup = server.client()
-    for s in streams:
-        setup.execute_command("V.CREATE", s.sid, KV_DIM)
-    setup.close()
     try:
+        with server.client() as setup:
+            for s in streams:
+                setup.execute_command("V.CREATE", s.sid, KV_DIM)
         for _cycle in range(3):
             _run_streams(server, streams, rng.uniform(0.2, 0.8))
             server = start_server(data_dir, "--appendfsync", policy)

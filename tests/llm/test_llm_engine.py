@@ -57,11 +57,13 @@ def test_a_restored_chain_gives_the_same_greedy_text_as_a_cold_prefill(model_and
 def test_an_in_process_budget_drops_leaves_from_memory(model_and_tokenizer: tuple[Any, Any]) -> None:
     model, tok = model_and_tokenizer
     store = MemorySegmentStore()
-    engine = Engine(model, tok, MODEL, store, budget_bytes=130 * 2 * 30 * 192 * 2)  # 130 tokens of fp16 rows
+    engine = Engine(model, tok, MODEL, store, budget_bytes=130 * 2 * 30 * 192 * 4)  # 130 tokens of fp32 rows
     for user in range(4):
         run(engine, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"User {user}: 1+{user}?"}])
     assert engine.budget.total_bytes <= engine.budget.max_bytes  # type: ignore[operator]
     assert len(engine.budget) == 3  # the system segment (96 tokens) and the two newest leaves (14 each)
     assert store.status()["segments"] == len(engine.budget)
+    # The budget counts what memory really holds: the kept tensors, in the model's dtype.
+    assert engine.budget.total_bytes == sum(r.keys.nbytes + r.values.nbytes for r in store._rows.values())
     _, cached = run(engine, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "User 9: 1+9?"}])
     assert cached == len(plan_chat(tok, [{"role": "system", "content": SYSTEM}]).segments[0])

@@ -175,10 +175,12 @@ def test_appendfsync_always_replies_after_fsync_and_group_commits(tmp_path: Path
 def test_a_damaged_wal_refuses_to_start_and_wal_repair_starts_with_a_prefix(tmp_path: Path) -> None:
     data = tmp_path / "data"
     server = start_server(data)
-    r = server.client()
-    for i in range(10):
-        r.set(f"k{i}", f"v{i}" * 50)
-    server.stop()
+    try:
+        r = server.client()
+        for i in range(10):
+            r.set(f"k{i}", f"v{i}" * 50)
+    finally:
+        server.stop()
     wal = data / "pion.vstore.0.wal"
     raw = bytearray(wal.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
@@ -208,6 +210,10 @@ def test_save_refuses_bad_paths_and_arguments(tmp_path: Path) -> None:
             r.execute_command("SAVE", "x")
         assert r.execute_command("KV.PREFIX.SAVE", "backup.snap") == b"OK"
         assert (tmp_path / "data" / "backup.snap").stat().st_size > 0
+        assert (tmp_path / "data" / "pion.vstore.0.wal").stat().st_size > 0  # a copy keeps the WAL
+        assert r.execute_command("KV.PREFIX.SAVE") == b"OK"  # the default path, pion.vstore.<worker>
+        assert (tmp_path / "data" / "pion.vstore.0").stat().st_size > 0
+        assert (tmp_path / "data" / "pion.vstore.0.wal").stat().st_size == 0
         assert r.lastsave().timestamp() > 0
     finally:
         server.stop()

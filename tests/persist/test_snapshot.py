@@ -13,9 +13,9 @@ import pytest
 
 from persist.toystore import ToyStore
 from pion.common.errors import CommandError
-from pion.server.persist import PersistOptions, Persistence, RecordType, RecoveryError
+from pion.server.persist import PersistOptions, Persistence, RecordType, RecoveryError, snapshot
 from pion.server.persist.files import DataLayout
-from pion.server.persist.snapshot import SnapshotReader
+from pion.server.persist.snapshot import SnapshotReader, SnapshotWriter
 
 
 def _open(path: Path, **kwargs: Any) -> tuple[Persistence, ToyStore]:
@@ -174,3 +174,18 @@ def test_a_crash_after_the_rename_but_before_segment_removal_replays_nothing_twi
     persist.close()
     DataLayout(tmp_path).segment_path(1).write_bytes(segment_data)  # the segment SAVE should have removed
     assert _reload(tmp_path).state() == store.state()
+
+
+def test_worked_snapshot_example_from_the_format_doc_has_these_exact_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshot.time, "time", lambda: 1_700_000_000.0)
+    writer = SnapshotWriter(tmp_path / "pion.vstore.0", worker=0, begin_seq=3)
+    writer.add(RecordType.SET, {"key": b"k", "value": b"v", "expire_at_ms": None})
+    writer.commit(end_seq=3)
+    data = (tmp_path / "pion.vstore.0").read_bytes()
+    assert len(data) == 193
+    assert data[:36].hex(" ") == ("50 49 4f 4e 53 4e 41 50 02 00 00 00 00 00 00 00 03 00 00 00 00 00 00 00 "
+                                  "00 68 e5 cf 8b 01 00 00 f9 69 2a 2c")
+    assert data[36:60].hex(" ") == "50 52 45 43 01 06 00 00 2e 00 00 00 00 00 00 00 00 00 00 00 d6 85 11 2b"
+    assert data[110:134].hex(" ") == "50 52 45 43 01 7f 00 00 37 00 00 00 00 00 00 00 00 00 00 00 ed 14 9a e2"
+    assert data[-4:].hex(" ") == "63 09 94 0b"

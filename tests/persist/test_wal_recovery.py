@@ -112,6 +112,17 @@ def test_a_zero_filled_tail_is_cut_like_a_torn_record(tmp_path: Path) -> None:
     assert layout.wal_path.stat().st_size == ends[-1]
 
 
+def test_a_torn_tail_is_cut_with_a_log_line_naming_the_file_and_offset(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    layout = DataLayout(tmp_path)
+    ends = _write_wal(layout, _records(3))
+    with open(layout.wal_path, "ab") as f:
+        f.write(b"PREC\x01")  # a crash five bytes into the next record's header
+    with caplog.at_level(logging.WARNING, logger="pion.persist"):
+        assert len(_replay(layout)) == 3
+    assert f"recovery: pion.vstore.0.wal: cut a torn record at offset {ends[-1]} (5 bytes)" in caplog.text
+
+
 def test_damage_in_the_middle_refuses_to_start_naming_file_offset_and_fix(tmp_path: Path) -> None:
     layout = DataLayout(tmp_path)
     ends = _write_wal(layout, _records(6))

@@ -55,7 +55,9 @@ def test_always_waits_for_an_fsync_started_after_the_append(tmp_path: Path) -> N
         wal.append(RecordType.FLUSHALL, {})  # written while that fsync is pending
         wal._fd_lock.release()
         await first
-        assert wal.synced_seq == 1
+        # Seq 2 may count as durable only after a second fdatasync (one that began after its
+        # append); on a loaded machine that one can finish before this task resumes.
+        assert wal.synced_seq == 1 or wal.fsyncs >= 2
         await wal.sync_barrier()
         assert wal.synced_seq == 2
 

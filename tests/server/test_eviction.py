@@ -26,7 +26,7 @@ def register(r: redis.Redis, ns: str, n_tokens: int = 0) -> None:
 
 
 def test_full_session_table_evicts_the_least_recent_prefix_both_sides(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "data", "--max-sessions", "5")
+    server = start_server(tmp_path / "data", "--max-sessions", "5", "--loglevel", "verbose")
     try:
         with server.client() as r:
             register(r, "a", 1)
@@ -43,6 +43,8 @@ def test_full_session_table_evicts_the_least_recent_prefix_both_sides(tmp_path: 
             # LRU is now solo, then c_pk: making room for 2 takes solo and then c as a whole pair.
             register(r, "d")
             assert r.execute_command("V.LIST") == [b"a_pk", b"a_pv", b"d_pk", b"d_pv"]
+        assert "evicted b_pk b_pv (least recently used, max-sessions)" in server.log()
+        assert "evicted c_pk c_pv (least recently used, max-sessions)" in server.log()
     finally:
         server.stop()
 

@@ -79,7 +79,7 @@ def test_select_accepts_only_database_zero(conn: redis.Redis) -> None:
         conn.execute_command("SELECT", "zero")
 
 
-def test_client_subcommands(conn: redis.Redis) -> None:
+def test_client_subcommands_name_the_connection_and_list_it(conn: redis.Redis) -> None:
     client_id = conn.client_id()
     assert conn.client_setname("lmcache-conn") is True
     assert conn.client_getname() == "lmcache-conn"
@@ -121,7 +121,7 @@ def test_info_has_the_standard_sections(conn: redis.Redis,
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(b"INFO\r\n")
         text = sock.recv(1 << 16).decode()
-    for header in ("# Server", "# Clients", "# Memory"):
+    for header in ("# Server", "# Clients", "# Memory", "# Pion", "# Persistence"):
         assert header in text
     only_clients = conn.info("clients")
     assert "connected_clients" in only_clients
@@ -147,12 +147,12 @@ def test_info_over_resp3_is_a_verbatim_string(conn3: redis.Redis) -> None:
 def test_config_get_reports_the_effective_configuration(conn: redis.Redis) -> None:
     got = conn.config_get("maxmemory")
     assert got == {"maxmemory": "0"}
-    assert conn.config_get("appendonly") == {"appendonly": "no"}
+    assert conn.config_get("append*") == {"appendonly": "yes", "appendfsync": "everysec"}
     with pytest.raises(redis.ResponseError, match="not supported"):
         conn.config_set("maxmemory", "1")
 
 
-def test_dbsize_and_flushall(pion_server: ServerProcess) -> None:
+def test_dbsize_counts_keys_and_flushall_removes_them(pion_server: ServerProcess) -> None:
     with pion_server.client() as conn:
         conn.mset({"f:a": 1, "f:b": 2})
         assert conn.dbsize() == 2

@@ -89,7 +89,7 @@ def test_set_get_is_binary_safe(conn: redis.Redis) -> None:
     assert conn.get(key) == value
 
 
-def test_set_nx_xx_and_get_options(conn: redis.Redis) -> None:
+def test_set_nx_xx_and_get_options_behave_like_redis(conn: redis.Redis) -> None:
     assert conn.set("s", "1", nx=True) is True
     assert conn.set("s", "2", nx=True) is None
     assert conn.set("missing", "2", xx=True) is None
@@ -119,7 +119,7 @@ def test_set_option_errors_record_nothing(conn: redis.Redis, args: list[str],
     assert conn.exists("bad") == 0
 
 
-def test_set_with_expiry_and_keepttl(conn: redis.Redis) -> None:
+def test_set_with_expiry_sets_a_ttl_that_keepttl_keeps_and_a_plain_set_clears(conn: redis.Redis) -> None:
     conn.set("t", "v", ex=100)
     assert 99 <= conn.ttl("t") <= 100
     conn.set("t", "w", keepttl=True)
@@ -133,7 +133,7 @@ def test_set_with_expiry_and_keepttl(conn: redis.Redis) -> None:
 
 
 # ---- multi-key commands ----------------------------------------------------------------------
-def test_mset_mget_exists_del_unlink(conn: redis.Redis) -> None:
+def test_mset_mget_exists_del_and_unlink_behave_like_redis(conn: redis.Redis) -> None:
     assert conn.mset({"a": "1", "b": "2", "c": "3"}) is True
     assert conn.mget(["a", "nope", "c"]) == [b"1", None, b"3"]
     assert conn.exists("a", "a", "nope", "b") == 3
@@ -146,7 +146,7 @@ def test_mset_mget_exists_del_unlink(conn: redis.Redis) -> None:
 
 
 # ---- expiry --------------------------------------------------------------------------------
-def test_expire_ttl_and_lazy_expiry(conn: redis.Redis) -> None:
+def test_ttl_reports_expiry_and_an_expired_key_vanishes_when_read(conn: redis.Redis) -> None:
     conn.set("e", "v")
     assert conn.ttl("e") == -1
     assert conn.ttl("absent") == -2
@@ -159,7 +159,7 @@ def test_expire_ttl_and_lazy_expiry(conn: redis.Redis) -> None:
     assert conn.exists("e") == 0
 
 
-def test_expire_options_and_negative_ttl(conn: redis.Redis) -> None:
+def test_expire_honours_nx_xx_gt_lt_and_a_negative_ttl_deletes(conn: redis.Redis) -> None:
     conn.set("o", "v")
     assert conn.expire("o", 100, xx=True) is False
     assert conn.expire("o", 100, nx=True) is True
@@ -186,7 +186,7 @@ def test_active_expiry_removes_keys_nobody_reads(conn: redis.Redis) -> None:
 
 
 # ---- KEYS and SCAN ---------------------------------------------------------------------------
-def test_keys_and_scan_with_match_and_count(conn: redis.Redis) -> None:
+def test_keys_and_scan_filter_by_match_and_page_by_count(conn: redis.Redis) -> None:
     conn.mset({f"user:{i}": i for i in range(30)} | {"other": 1})
     assert sorted(conn.keys("user:1*")) == sorted(
         [b"user:1"] + [f"user:{i}".encode() for i in range(10, 20)])
@@ -202,7 +202,7 @@ def test_keys_and_scan_with_match_and_count(conn: redis.Redis) -> None:
 
 
 # ---- LMCache's redis:// access pattern ---------------------------------------------------------
-def test_lmcache_pattern_with_32_megabyte_pairs(shared_pion_server: ServerProcess) -> None:
+def test_lmcache_access_pattern_works_with_32_megabyte_pairs(shared_pion_server: ServerProcess) -> None:
     with shared_pion_server.client(protocol=3) as conn:
         assert conn.execute_command("CLIENT", "SETINFO", "LIB-NAME", "lmcache") == b"OK"
         assert conn.select(0) is True

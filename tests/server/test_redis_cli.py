@@ -25,7 +25,7 @@ def cli(server: ServerProcess, *args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
-def test_one_shot_commands(shared_pion_server: ServerProcess) -> None:
+def test_redis_cli_one_shot_commands_print_like_redis(shared_pion_server: ServerProcess) -> None:
     assert cli(shared_pion_server, "PING") == "PONG\n"
     assert cli(shared_pion_server, "SET", "cli:k", "hello world") == "OK\n"
     assert cli(shared_pion_server, "GET", "cli:k") == "hello world\n"
@@ -36,7 +36,7 @@ def test_one_shot_commands(shared_pion_server: ServerProcess) -> None:
         "ERR unknown command 'NOSUCH', with args beginning with: 'x'")
 
 
-def test_commands_from_stdin_and_resp3(shared_pion_server: ServerProcess) -> None:
+def test_redis_cli_reads_commands_from_stdin_and_speaks_resp3(shared_pion_server: ServerProcess) -> None:
     out = cli(shared_pion_server, stdin="SET cli:a 1\nINCRBY cli:a 2\nGET cli:a\nDEL cli:a\n")
     assert [line for line in out.splitlines() if line] == ["OK", "ERR unknown command 'INCRBY', with args beginning with: "
                                 "'cli:a' '2' ", "1", "1"]
@@ -45,7 +45,7 @@ def test_commands_from_stdin_and_resp3(shared_pion_server: ServerProcess) -> Non
     assert "proto" in hello
 
 
-def test_interactive_session_with_command_hints(shared_pion_server: ServerProcess) -> None:
+def test_redis_cli_interactive_session_shows_command_hints(shared_pion_server: ServerProcess) -> None:
     assert REDIS_CLI is not None
     leader, follower = pty.openpty()
     proc = subprocess.Popen([REDIS_CLI, "-h", "127.0.0.1", "-p", str(shared_pion_server.port)],

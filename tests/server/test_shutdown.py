@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pion.common.errors import ConfigError
-from pion.server.config import ServerConfig, load_config
+from pion.server.config import OPTIONS, ServerConfig, load_config
 from support.procs import start_server
 
 
@@ -27,6 +28,30 @@ def test_config_defaults_match_the_documented_flags() -> None:
     assert (cfg.port, cfg.bind, cfg.max_sessions, cfg.maxmemory) == (1974, "127.0.0.1", 256, 0)
     assert cfg.proto_max_bulk_len == 512 * 1024 * 1024
     assert cfg.prefill_us_per_token == 555.0
+    assert (cfg.data_dir, cfg.requirepass, cfg.maxclients, cfg.workers) == (Path("./pion-data"), None, 10000, 1)
+    assert (cfg.appendfsync, cfg.wal_max_bytes, cfg.wal_repair) == ("everysec", 1024**3, False)
+    assert (cfg.loglevel, cfg.kvcache) == ("notice", True)
+
+
+# A non-default value for every option, as text, and what it must become.
+ENV_SAMPLES: dict[str, tuple[str, object]] = {
+    "port": ("1975", 1975), "bind": ("127.0.0.2", "127.0.0.2"), "kvcache": ("no", False),
+    "workers": ("1", 1), "data_dir": ("/tmp/elsewhere", Path("/tmp/elsewhere")),
+    "requirepass": ("pw", "pw"), "max_sessions": ("7", 7), "maxmemory": ("8gb", 8 * 1024**3),
+    "prefill_us_per_token": ("12.5", 12.5), "loglevel": ("warning", "warning"),
+    "maxclients": ("9", 9), "proto_max_bulk_len": ("1mb", 1024**2),
+    "client_query_buffer_limit": ("2mb", 2 * 1024**2), "client_output_buffer_limit": ("0", 0),
+    "slowlog_log_slower_than_us": ("-1", -1), "hz": ("50", 50), "appendfsync": ("always", "always"),
+    "wal_max_bytes": ("300kb", 300 * 1024), "wal_repair": ("yes", True),
+}
+
+
+def test_every_flag_has_a_pion_env_override() -> None:
+    assert sorted(ENV_SAMPLES) == sorted(opt.field for opt in OPTIONS)
+    env = {opt.env_name: ENV_SAMPLES[opt.field][0] for opt in OPTIONS}
+    assert env["PION_MAX_SESSIONS"] == "7"
+    cfg = load_config([], env=env)
+    assert {f: getattr(cfg, f) for f in ENV_SAMPLES} == {f: v for f, (_, v) in ENV_SAMPLES.items()}
 
 
 def test_cli_flag_wins_over_env_which_wins_over_default() -> None:
@@ -66,25 +91,33 @@ def test_version_flag_prints_the_version() -> None:
 
 def test_sigterm_answers_what_was_received_then_exits_zero(tmp_path: Path) -> None:
     server = start_server(tmp_path / "d", env={"PION_MAXMEMORY": "1gb"})
-    assert "maxmemory=1073741824" in server.log()
-    n = 5000
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(b"".join(b"SET k%d v\r\n" % i for i in range(n)))
-        first = sock.recv(5)
-        assert first == b"+OK\r\n"
-        server.proc.send_signal(signal.SIGTERM)
-        rest = b""
-        while chunk := sock.recv(1 << 16):
-            rest += chunk
-    replies = first + rest
-    assert replies == b"+OK\r\n" * (len(replies) // 5)
-    assert server.proc.wait(timeout=15) == 0
-    assert "pion-server stopped cleanly" in server.log()
+    try:
+        assert "maxmemory=1073741824" in server.log()
+        n = 5000
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"".join(b"SET k%d v\r\n" % i for i in range(n)))
+            first = sock.recv(5)
+            assert first == b"+OK\r\n"
+            server.proc.send_signal(signal.SIGTERM)
+            rest = b""
+            while chunk := sock.recv(1 << 16):
+                rest += chunk
+        replies = first + rest
+        assert replies == b"+OK\r\n" * (len(replies) // 5)
+        assert server.proc.wait(timeout=15) == 0
+        assert "pion-server stopped cleanly" in server.log()
+    finally:
+        server.stop(signal.SIGKILL)
 
 
-def test_sigint_also_stops_cleanly(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "d")
-    with server.client() as conn:
-        conn.set("k", "v")
-        assert server.stop(signal.SIGINT) == 0
-    assert "shutdown requested" in server.log()
+def test_sigint_stops_cleanly_and_slow_commands_are_logged(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "d", "--slowlog-log-slower-than", "0")
+    try:
+        with server.client() as conn:
+            conn.set("slow-key", "v")
+            assert server.stop(signal.SIGINT) == 0
+        log = server.log()
+        assert "shutdown requested" in log
+        assert re.search(r"slow command: [0-9.]+ ms id=\d+ addr=127\.0\.0\.1:\d+: SET slow-key v", log), log
+    finally:
+        server.stop(signal.SIGKILL)

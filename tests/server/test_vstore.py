@@ -186,7 +186,7 @@ def test_info_describes_the_session(r: redis.Redis) -> None:
     assert "not found" in err(r, "V.INFO", sid("missing"))
 
 
-def test_list_and_drop(r: redis.Redis) -> None:
+def test_list_filters_by_pattern_and_drop_counts_what_it_removed(r: redis.Redis) -> None:
     tag = sid("lst")
     names = [f"{tag}:{i}" for i in range(3)]
     for name in names:

@@ -201,7 +201,7 @@ def test_membership_bitmap_matches_a_python_set() -> None:
     assert len(bitmap) == (len(probes) + 7) // 8
 
 
-def test_pair_of_names_both_sides() -> None:
+def test_pair_of_names_both_sides_of_a_prefix_and_leaves_a_plain_sid_alone() -> None:
     assert pair_of("ns_pv") == ("ns_pk", "ns_pv")
     assert pair_of("plain") == ("plain",)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -13,6 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
+
+_STARTED: list[subprocess.Popen[bytes]] = []  # every child, so none outlives the test run
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Last line of defence: a test that failed before its ``stop()`` leaves no server behind."""
+    for proc in _STARTED:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def free_port() -> int:
@@ -70,6 +83,7 @@ def start_server(data_dir: Path, *args: str, port: int | None = None, password: 
     log_file = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed by the OS
     proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=full_env,
                             preexec_fn=preexec_fn)  # e.g. a resource limit for disk-full tests
+    _STARTED[:] = [p for p in _STARTED if p.poll() is None] + [proc]
     log_file.close()
     server = ServerProcess(port=port, data_dir=data_dir, proc=proc, log_path=log_path,
                            password=password, extra_args=list(args))

@@ -21,6 +21,7 @@ a request that cannot fit is refused with nothing evicted.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ from pion.server.store.prefixes import BlockTable, PrefixEntry
 from pion.server.store.session import INPUT_DTYPES, SAME_ENCODING, Session, check_formats
 
 OUTPUT_DTYPES = {"f32": "<f4", "f16": "<f2", "raw": None}
+log = logging.getLogger("pion.server.vstore")
 
 
 def pair_of(sid: str) -> tuple[SessionId, ...]:
@@ -403,10 +405,12 @@ class VStore:
             raise CommandError(f"max-sessions {self.max_sessions} reached and no session can be evicted")
         if over_bytes(n_bytes):
             raise CommandError("command not allowed when used memory > 'maxmemory'.", code="OOM")
+        reason = "max-sessions" if over_slots(len(self._sessions)) else "maxmemory"
         i = 0
         while i < len(planned):  # evict pair by pair so each journal record is one group
             group = [s for s in pair_of(planned[i]) if s in planned]
             self.evict_sessions(group)
+            log.debug("evicted %s (least recently used, %s)", " ".join(group), reason)
             i += len(group)
 
 
