@@ -43,8 +43,11 @@ def group_exists(pgid: int) -> bool:
 def test_make_up_runs_pion_up_offline() -> None:
     root = Path(__file__).resolve().parents[2]
     # -o: treat the setup stamp as up to date, so this only prints the `up` recipe.
-    out = subprocess.run(["make", "-n", "-o", ".venv/.pion-installed", "up"], cwd=root, capture_output=True,
-                         text=True, check=True).stdout
+    # Under `make test` this runs as a sub-make: drop the parent's make variables so it prints no
+    # "Entering directory" lines.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES"}}
+    out = subprocess.run(["make", "--no-print-directory", "-n", "-o", ".venv/.pion-installed", "up"], cwd=root,
+                         capture_output=True, text=True, check=True, env=env).stdout
     assert out.strip().splitlines() == ["HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/pion up"]
 
 
