@@ -65,10 +65,10 @@ def shutdown(state: ServerState) -> None:
 
 
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
-    """The INFO ``semantic`` section."""
+    """The INFO ``# Semantic`` section (selected case-insensitively, like every INFO section)."""
     store = _store_of(state)
     embedder = _embedder_of(state)
-    return {"semantic": [
+    return {"Semantic": [
         ("semantic_caches", store.n_caches),
         ("semantic_entries", len(store)),
         ("semantic_persisted", int(store.persisted)),
