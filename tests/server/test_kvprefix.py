@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.procs import ServerProcess
+from support.replies import err, stats
 
 D = 64
 _ids = itertools.count()
@@ -35,19 +36,6 @@ def rows(n: int, seed: int = 0) -> bytes:
 
 def hash_blob(hashes: list[int]) -> bytes:
     return struct.pack(f"<{len(hashes)}Q", *hashes)
-
-
-def err(r: redis.Redis, *args: object) -> str:
-    with pytest.raises(redis.ResponseError) as exc:
-        r.execute_command(*args)
-    return str(exc.value)
-
-
-def stats(r: redis.Redis) -> dict[str, object]:
-    reply = r.execute_command("PION.STATS")
-    if isinstance(reply, list):
-        reply = dict(zip(reply[::2], reply[1::2], strict=True))
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
 
 
 def prefix_info(r: redis.Redis) -> dict[str, int]:

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.procs import ServerProcess
+from support.replies import err, stats
 
 D = 64
 _ids = itertools.count()
@@ -33,19 +34,6 @@ def rows(n: int, dim: int = D, seed: int = 0) -> np.ndarray:
 
 def info(r: redis.Redis, name: str) -> dict[str, object]:
     reply = r.execute_command("V.INFO", name)
-    if isinstance(reply, list):
-        reply = dict(zip(reply[::2], reply[1::2], strict=True))
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
-
-
-def err(r: redis.Redis, *args: object) -> str:
-    with pytest.raises(redis.ResponseError) as exc:
-        r.execute_command(*args)
-    return str(exc.value)
-
-
-def stats(r: redis.Redis) -> dict[str, object]:
-    reply = r.execute_command("PION.STATS")
     if isinstance(reply, list):
         reply = dict(zip(reply[::2], reply[1::2], strict=True))
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
