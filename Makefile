@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.pion-installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: setup test test-fast up bench clean
+.PHONY: setup test test-fast typecheck up clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,10 @@ test: setup
 
 test-fast: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -m "not slow"
+
+# STYLE.md: mypy on common/, codecs/, server/, proxy/ (client and llm are checked too).
+typecheck: setup
+	$(VENV)/bin/mypy --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server src/pion/proxy src/pion/client src/pion/llm
 
 up: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/pion up
