@@ -223,7 +223,9 @@ def test_an_abandoned_non_stream_request_stops_generating(llm: LlmProcess) -> No
         return [line for line in llm.log().splitlines() if "generation cancelled after" in line]
 
     before = len(cancelled_lines())
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Count from one to a thousand."}],
+    # Greedy SmolLM2 answers this with all 400 tokens (~4 s or more on this CPU), so the client's 1.5 s
+    # read timeout always fires first ("Count from one to a thousand." stopped after 18 tokens).
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a long story about a dragon who learns to fly."}],
             "max_tokens": 400, "temperature": 0}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{llm.url}/v1/chat/completions", json=body, timeout=httpx.Timeout(30.0, read=1.5))
