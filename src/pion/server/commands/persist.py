@@ -23,6 +23,7 @@ from pion.common.errors import CommandError, clip_for_echo
 from pion.server.commands.spec import CommandSpec
 from pion.server.persist import PersistOptions, Persistence, RecoveryError
 from pion.server.persist.binding import (
+    EXPIRED_KEY_DELETE_KINDS,
     KEYSPACE_KINDS,
     VSTORE_KINDS,
     StoreJournal,
@@ -97,7 +98,9 @@ def setup(state: ServerState) -> None:
     if vstore is not None:
         vstore.journal = StoreJournal(persist, VSTORE_KINDS, "V-store")
     if keyspace is not None:
-        keyspace.journal = StoreJournal(persist, KEYSPACE_KINDS, "keyspace", skip=expired_key_delete(keyspace))
+        keyspace.journal = StoreJournal(persist, KEYSPACE_KINDS, "keyspace",
+                                        skip=expired_key_delete(keyspace),
+                                        skip_kinds=EXPIRED_KEY_DELETE_KINDS)
     if semantic is not None:
         semantic.on_mutation = semantic_journal(persist)
         semantic.persisted = True

@@ -64,7 +64,7 @@ from typing import Any, Literal
 
 from pion.common.errors import CommandError
 from pion.server.persist.files import DataLayout, fsync_dir, write_all
-from pion.server.persist.records import RecordType, frame
+from pion.server.persist.records import RecordType, append_small, frame
 
 FsyncPolicy = Literal["always", "everysec", "no"]
 FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
@@ -150,20 +150,21 @@ class WalWriter:
         if self._buf and self.misconf is not None:
             self.flush_batch()  # retry what failed before; refuse this record while that fails
         seq = self.last_seq + 1
-        parts = frame(rtype, seq, fields)
         if self.batching:
-            # Three parts = header, one small payload, trailer: no zero-copy blob (>= 4 KB) inside.
-            if len(parts) == 3 and len(parts[1]) <= BATCH_MAX_RECORD:
-                buf = self._buf
-                buf += parts[0]
-                buf += parts[1]
-                buf += parts[2]
+            # A payload that is one small buffer (no zero-copy blob of 4 KB or more) is
+            # framed straight into the buffer; anything else comes back as frame()'s parts.
+            buf = self._buf
+            small = append_small(buf, rtype, seq, fields, BATCH_MAX_RECORD)
+            if small is None:
                 self.last_seq = seq
                 if len(buf) > BATCH_MAX_BYTES:
                     self.flush_batch()
                 return seq
-            if self._buf:
+            parts = small
+            if buf:
                 self.flush_batch()
+        else:
+            parts = frame(rtype, seq, fields)
         good = self._offset
         try:
             written = write_all(self._fd, parts)

@@ -73,6 +73,14 @@ def encode_reply(value: Any, resp3: bool, out: list[Any]) -> int:
     if value is OK:
         out.append(OK_BYTES)
         return 5
+    if cls is SimpleString:  # +PONG and other fixed status replies: one dict lookup
+        chunk = _SIMPLE.get(value.text)
+        if chunk is None:
+            chunk = b"+" + value.text.encode() + CRLF
+            if len(_SIMPLE) < 256:
+                _SIMPLE[value.text] = chunk
+        out.append(chunk)
+        return len(chunk)
     if cls is int:
         if -1 <= value <= 1023:
             chunk = _INTS[value + 1]
@@ -91,14 +99,6 @@ def encode_reply(value: Any, resp3: bool, out: list[Any]) -> int:
         for item in value:
             total += encode_reply(item, resp3, out)
         return total
-    if cls is SimpleString:
-        chunk = _SIMPLE.get(value.text)
-        if chunk is None:
-            chunk = b"+" + value.text.encode() + CRLF
-            if len(_SIMPLE) < 256:
-                _SIMPLE[value.text] = chunk
-        out.append(chunk)
-        return len(chunk)
     if cls is str:
         return encode_reply(value.encode("utf-8"), resp3, out)
     if cls is bool:
