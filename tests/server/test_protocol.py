@@ -164,22 +164,25 @@ def test_inline_command_with_unbalanced_quotes_is_a_protocol_error(
 
 
 # ---- malformed frames -------------------------------------------------------------------------
-@pytest.mark.parametrize("frame", [
-    b"$4\r\nPING\r\n",
-    b"*2\r\n*1\r\n$1\r\na\r\n$1\r\nb\r\n",
-    b"*1\r\n:5\r\n",
-    b"*-7\r\n",
-    b"*1\r\n$abc\r\n",
+@pytest.mark.parametrize(("frame", "error"), [
+    (b"*2\r\n*1\r\n$1\r\na\r\n$1\r\nb\r\n", b"expected '$', got '*'"),
+    (b"*1\r\n:5\r\n", b"expected '$', got ':'"),
+    (b"*1\r\n$abc\r\n", b"invalid bulk length"),
+    (b"*1\r\n$-5\r\n", b"invalid bulk length"),
+    (b"*abc\r\n", b"invalid multibulk length"),
+    (b"*1048577\r\n", b"invalid multibulk length"),
+    (b"*3000000000\r\n", b"invalid multibulk length"),
+    (b"*1\r\n$2000000000\r\n", b"invalid bulk length"),
 ])
 def test_malformed_frame_closes_only_that_connection(shared_pion_server: ServerProcess,
-                                                    frame: bytes) -> None:
+                                                    frame: bytes, error: bytes) -> None:
     with shared_pion_server.client() as other:
         other.set("malformed:keep", b"intact")
         with socket.create_connection(("127.0.0.1", shared_pion_server.port), timeout=5) as bad:
             bad.sendall(b"*1\r\n$4\r\nPING\r\n" + frame + b"*1\r\n$4\r\nPING\r\n")
             time.sleep(0.2)
             data = bad.recv(65536)
-            assert data.startswith(b"+PONG\r\n-ERR Protocol error: ")
+            assert data == b"+PONG\r\n-ERR Protocol error: " + error + b"\r\n"
             assert data.count(b"\r\n") == 2
             assert is_closed_by_server(bad) is True
         assert other.get("malformed:keep") == b"intact"

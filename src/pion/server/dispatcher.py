@@ -33,9 +33,9 @@ _perf_counter = time.perf_counter
 _ERR_INTERNAL = "internal error while running '{}' (see the server log)"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class _Entry:
-    """A CommandSpec flattened for the hot path."""
+    """A CommandSpec flattened for the hot path, with its INFO commandstats counters."""
 
     spec: CommandSpec
     handler: Handler
@@ -45,6 +45,25 @@ class _Entry:
     lname: str
     is_write: bool = False
     write_verbs: frozenset[bytes] = frozenset()  # spec.write_subcommands, as bytes
+    calls: int = 0  # run (failed ones included), like Redis's cmdstat calls
+    seconds: float = 0.0  # time spent running it
+    rejected_calls: int = 0  # refused before running: arity, NOAUTH
+    failed_calls: int = 0  # ran and answered an error
+
+
+@dataclass(frozen=True, slots=True)
+class CommandStats:
+    """One ``cmdstat_<name>`` line of INFO commandstats."""
+
+    name: str
+    calls: int
+    usec: int
+    rejected_calls: int
+    failed_calls: int
+
+
+def _no_handler(ctx: CommandContext, args: list[bytes]) -> Any:
+    raise CommandError("no such command")
 
 
 def unknown_command_message(name: bytes, args: list[bytes]) -> str:
@@ -75,6 +94,12 @@ class Dispatcher:
             self._lookup[name.upper().encode()] = entry
             self._lookup[name.lower().encode()] = entry
         self._auth_required = requirepass is not None
+        # Error replies by code (INFO errorstats) and the entry of the last sync command,
+        # whose run time the network layer adds to it (one clock read per command there).
+        self.error_counts: dict[str, int] = {}
+        self._unattributed = _Entry(spec=CommandSpec("", 0, _no_handler), handler=_no_handler,
+                                    arity=0, noauth=False, is_async=False, lname="")
+        self.last_entry: _Entry = self._unattributed
         # Sync commands are timed by the caller (one clock read per command in a batch).
         self.slow_s = slowlog_us / 1e6 if slowlog_us >= 0 else float("inf")
         # Set by the persistence family: after a write command, None (reply now) or an
@@ -95,19 +120,29 @@ class Dispatcher:
         if entry is None:
             entry = self._lookup.get(request[0].upper())
             if entry is None:
+                self.last_entry = self._unattributed
+                self.count_error("ERR")
                 out.append(encode_error("ERR", unknown_command_message(request[0], request[1:])))
                 return None
         arity = entry.arity
         if (len(request) != arity) if arity > 0 else (len(request) < -arity):
+            entry.rejected_calls += 1
+            self.last_entry = self._unattributed
+            self.count_error("ERR")
             out.append(encode_error("ERR", f"wrong number of arguments for '{entry.lname}' command"))
             return None
         client = ctx.client
         if self._auth_required and not client.authenticated and not entry.noauth:
+            entry.rejected_calls += 1
+            self.last_entry = self._unattributed
+            self.count_error("NOAUTH")
             out.append(_NOAUTH)
             return None
         client.last_command = entry.lname
+        entry.calls += 1
         if entry.is_async:
             return self._run_async(entry, ctx, request, out)
+        self.last_entry = entry
         start = len(out)
         try:
             result = entry.handler(ctx, request[1:])
@@ -123,9 +158,13 @@ class Dispatcher:
             else:
                 encode_reply(result, client.protocol == 3, out)
         except CommandError as exc:
+            entry.failed_calls += 1
+            self.count_error(exc.code)
             out.append(encode_error(exc.code, exc.message))
         except Exception:
             log.exception("command %s failed", entry.lname)
+            entry.failed_calls += 1
+            self.count_error("ERR")
             out.append(encode_error("ERR", _ERR_INTERNAL.format(entry.lname)))
         if entry.is_write and self.track_writes:
             client.write_marks.append((start, len(out)))
@@ -146,13 +185,18 @@ class Dispatcher:
                     await waiter
             encode_reply(result, ctx.client.protocol == 3, out)
         except CommandError as exc:
+            entry.failed_calls += 1
+            self.count_error(exc.code)
             out.append(encode_error(exc.code, exc.message))
         except Exception:
             log.exception("command %s failed", entry.lname)
+            entry.failed_calls += 1
+            self.count_error("ERR")
             out.append(encode_error("ERR", _ERR_INTERNAL.format(entry.lname)))
         if is_write and self.track_writes and start >= 0:
             ctx.client.write_marks.append((start, len(out)))
         elapsed = _perf_counter() - started
+        entry.seconds += elapsed
         if elapsed > self.slow_s:
             self.log_slow(ctx, request, elapsed)
 
@@ -168,6 +212,24 @@ class Dispatcher:
         except Exception:
             log.exception("waiting for the WAL fsync of '%s' failed", ctx.client.last_command)
             out.append(encode_error("ERR", _ERR_INTERNAL.format(ctx.client.last_command)))
+
+    def count_error(self, code: str) -> None:
+        """Count one error reply by its code (Redis's ``errorstat_<CODE>``)."""
+        self.error_counts[code] = self.error_counts.get(code, 0) + 1
+
+    def command_stats(self) -> list[CommandStats]:
+        """Every command that was called or rejected, for INFO commandstats."""
+        seen: dict[int, _Entry] = {id(e): e for e in self._lookup.values()}
+        return [CommandStats(e.lname, e.calls, int(e.seconds * 1e6), e.rejected_calls,
+                             e.failed_calls)
+                for e in sorted(seen.values(), key=lambda e: e.lname)
+                if e.calls or e.rejected_calls]
+
+    def reset_stats(self) -> None:
+        for entry in self._lookup.values():
+            entry.calls = entry.rejected_calls = entry.failed_calls = 0
+            entry.seconds = 0.0
+        self.error_counts.clear()
 
     @staticmethod
     def log_slow(ctx: CommandContext, request: list[Any], elapsed_s: float) -> None:

@@ -22,9 +22,17 @@ Flow control, per client:
     ``client-output-buffer-limit``).
   * A request still being received beyond ``client_query_buffer_limit``, an argument
     longer than ``proto_max_bulk_len`` or a malformed frame gets
-    ``-ERR Protocol error: ...`` and that connection closes; others are untouched.
+    ``-ERR Protocol error: ...`` (Redis's texts) and that connection closes; others are
+    untouched.
 
-Inline commands are handled at frame boundaries when the first byte is not ``*``.
+Framing (``resp/framing.py``): a read that starts on a request boundary, begins with
+``*`` and holds no large array header goes straight to hiredis (the fast path). Every
+other read — one that continues a request split by TCP, an inline command, a header
+that needs checking, any read of a client that has not authenticated yet — goes through
+``RequestFramer`` first, which applies Redis's limits at the header and hands hiredis
+only whole, checked frames. After a fast-path read the connection knows whether it ended
+on a boundary (``mid_request``: hiredis's ``has_data()`` after each complete request);
+when it did not, the framer re-reads that one read to carry the state on.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from pion.common.errors import CommandError
 from pion.server.context import ClientState, CommandContext, ServerState
 from pion.server.dispatcher import Dispatcher
 from pion.server.resp.encoder import encode_error
-from pion.server.resp.inline import MAX_INLINE_BYTES, InlineError, split_inline
+from pion.server.resp.framing import LARGE_ARRAY_HEADER, RequestFramer
 
 log = logging.getLogger("pion.server.net")
 
@@ -53,6 +61,8 @@ FLUSH_EVERY = 64  # reply chunks buffered before an intermediate write
 JOIN_MAX_BYTES = 16 * 1024  # a batch of replies up to this size is joined into one write
 _perf_counter = time.perf_counter
 RECV_SLACK = 1024 * 1024  # bytes of a frame fed before its start was noticed (one read chunk)
+UNAUTH_OUTPUT_LIMIT = 64 * 1024  # unsent replies a client that has not authenticated may hold
+_large_array_header = LARGE_ARRAY_HEADER.search
 
 
 class Connection(asyncio.Protocol):
@@ -70,7 +80,11 @@ class Connection(asyncio.Protocol):
         self.closing = False
         self.closed = False
         self.fed_since_frame = 0
-        self.inline_buf = b""
+        self.framer = RequestFramer(server.state.config.proto_max_bulk_len)
+        self.mid_request = False  # hiredis may hold part of a request (see module docstring)
+        self.frame_error: str | None = None  # reported once the requests before it have run
+        self.fast_read: bytes | None = None  # the fast-path read hiredis is parsing now
+        self.auth_required = server.state.config.requirepass is not None
         self.last_active = _perf_counter()
         self.client = ClientState(client_id=next(server.client_ids), created_at=time.time())
         self.ctx = CommandContext(server=server.state, client=self.client)
@@ -123,14 +137,62 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        if self.closing or self.frame_error is not None:
             return
-        if self.inline_buf or (data[0] != 42 and not self.reader.has_data()):
-            data = self._take_inline(data)
-            if not data:
+        framer = self.framer
+        if (framer.at_boundary and data[0] == 42 and not self.busy and not self.write_paused
+                and _large_array_header(data) is None
+                and (self.client.authenticated or not self.auth_required)):
+            # The fast path: hiredis holds nothing and this read starts a request.
+            self.reader.feed(data)
+            self.fed_since_frame += len(data)
+            self.mid_request = True
+            self.fast_read = data
+            self._process()
+            if self.fast_read is data:  # (None: an inline line took it to the framer)
+                self.fast_read = None
+                if self.mid_request and not self.closing:
+                    error = framer.resync(data)  # where in a request this read ended
+                    if error is not None:
+                        self._frame_failed(error)
+            return
+        self._feed_framed(data)
+
+    def _feed_framed(self, data: bytes) -> None:
+        """The careful path: frame, check and re-encode before hiredis sees the bytes."""
+        reader = self.reader
+        while True:
+            unauthenticated = self.auth_required and not self.client.authenticated
+            framed = self.framer.feed(data, authenticated=not unauthenticated,
+                                      one_request=unauthenticated)
+            for piece in framed.pieces:
+                # hiredis takes any buffer (its stub says bytes): no copy of large payloads.
+                reader.feed(piece)  # type: ignore[arg-type]
+                self.fed_since_frame += len(piece)
+                self.mid_request = True
+            if framed.error is not None:
+                self._frame_failed(framed.error)
                 return
-        self.reader.feed(data)
-        self.fed_since_frame += len(data)
+            self._process()
+            if self.closing or not framed.rest:
+                return
+            data = framed.rest
+
+    def _continue_after_inline(self) -> bool:
+        """A fast-path read went on with an inline command after whole multibulk frames
+        (hiredis refuses it): hand the rest of the read to the framer with a new reader."""
+        data, self.fast_read = self.fast_read, None
+        assert data is not None
+        offset = RequestFramer.first_inline_offset(data)
+        if offset is None:
+            return False
+        self.reader = hiredis.Reader()
+        self._feed_framed(data[offset:])
+        return True
+
+    def _frame_failed(self, error: str) -> None:
+        """Answer the requests before the bad frame, then the protocol error, then close."""
+        self.frame_error = error
         self._process()
 
     # ---- request processing ------------------------------------------------------------
@@ -140,7 +202,8 @@ class Connection(asyncio.Protocol):
             return
         reader = self.reader
         out = self.out
-        execute = self.dispatcher.execute
+        dispatcher = self.dispatcher
+        execute = dispatcher.execute
         ctx = self.ctx
         client = self.client
         slow_s = self.dispatcher.slow_s
@@ -153,18 +216,27 @@ class Connection(asyncio.Protocol):
             try:
                 request = reader.gets()
             except hiredis.ProtocolError as exc:
-                self._protocol_error(str(exc).replace("Protocol error, ", ""))
+                if self.fast_read is not None and self._continue_after_inline():
+                    return
+                self._protocol_error(_redis_text(str(exc)))
                 return
             if request is False:
+                if self.frame_error is not None and not self.busy:
+                    self._protocol_error(self.frame_error)
+                    return
                 break
+            self.mid_request = reader.has_data()
             if type(request) is not list or not request:
                 if request is None or request == []:
                     continue  # *-1 and *0 are ignored, like Redis
-                self._protocol_error("expected '*' at the start of a request")
+                # A request that does not start with '*' is an inline command for Redis.
+                if self.fast_read is not None and self._continue_after_inline():
+                    return
+                self._protocol_error(f"expected '*', got '{_type_byte(request)}'")
                 return
             for arg in request:
                 if type(arg) is not bytes:
-                    self._protocol_error("expected '$', got something else inside a request")
+                    self._protocol_error(f"expected '$', got '{_type_byte(arg)}'")
                     return
             if fed > bulk_check_at and max(map(len, request)) > self.max_bulk:
                 self._protocol_error("invalid bulk length")
@@ -176,8 +248,10 @@ class Connection(asyncio.Protocol):
                 self._start_async(pending)
                 return
             now = _perf_counter()  # one clock read per command: also the next one's start
-            if now - started > slow_s:
-                self.dispatcher.log_slow(ctx, request, now - started)
+            elapsed = now - started
+            dispatcher.last_entry.seconds += elapsed  # INFO commandstats
+            if elapsed > slow_s:
+                dispatcher.log_slow(ctx, request, elapsed)
             started = now
             if client.close_after_reply:
                 self._close_after_flush()
@@ -243,17 +317,22 @@ class Connection(asyncio.Protocol):
         else:
             self.transport.writelines(out)
         out.clear()
-        if self.write_paused:
+        if self.write_paused or (self.auth_required and not self.client.authenticated):
             self._check_output_limit()
 
     def _check_output_limit(self) -> None:
-        if not self.output_limit or self.transport is None or self.closed or self.closing:
+        if self.transport is None or self.closed or self.closing:
+            return
+        limit = self.output_limit
+        if self.auth_required and not self.client.authenticated:
+            limit = min(limit, UNAUTH_OUTPUT_LIMIT) if limit else UNAUTH_OUTPUT_LIMIT
+        if not limit:
             return
         buffered = self.transport.get_write_buffer_size()
-        if buffered > self.output_limit:
+        if buffered > limit:
             log.warning("closing client id=%d addr=%s: %d bytes of unsent replies exceed "
                         "client-output-buffer-limit (%d)", self.client.client_id,
-                        self.client.addr, buffered, self.output_limit)
+                        self.client.addr, buffered, limit)
             self.closing = True
             self.transport.abort()
 
@@ -289,42 +368,7 @@ class Connection(asyncio.Protocol):
             self.reading_paused = False
             self.transport.resume_reading()
 
-    # ---- inline commands and errors ----------------------------------------------------
-    def _take_inline(self, data: bytes) -> bytes:
-        """Run inline lines at the start of ``data``; return the rest (a ``*`` frame or b"")."""
-        buf = self.inline_buf + data if self.inline_buf else data
-        self.inline_buf = b""
-        while buf and buf[0] != 42:
-            end = buf.find(b"\n")
-            if end < 0:
-                if len(buf) > MAX_INLINE_BYTES:
-                    self._protocol_error("too big inline request")
-                else:
-                    self.inline_buf = buf
-                return b""
-            line, buf = buf[:end], buf[end + 1:]
-            try:
-                words = split_inline(line)
-            except InlineError as exc:
-                self._protocol_error(str(exc))
-                return b""
-            if not words:
-                continue
-            if self.busy or self.write_paused:
-                # An inline client that pipelines behind a slow command: keep order by
-                # re-encoding the words as a frame for the parser's queue.
-                self.reader.feed(b"*%d\r\n" % len(words)
-                                 + b"".join(b"$%d\r\n%b\r\n" % (len(w), w) for w in words))
-                continue
-            pending = self.dispatcher.execute(self.ctx, words, self.out)
-            if pending is not None:
-                self._start_async(pending)
-            elif self.client.close_after_reply:
-                self._close_after_flush()
-                return b""
-        self._flush()
-        return buf
-
+    # ---- errors ------------------------------------------------------------------------
     def _protocol_error(self, detail: str) -> None:
         log.info("protocol error from client id=%d addr=%s: %s", self.client.client_id,
                  self.client.addr, detail)
@@ -353,6 +397,30 @@ class Connection(asyncio.Protocol):
     def abort(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.abort()
+
+
+def _type_byte(value: object) -> str:
+    """The RESP type byte a parsed non-bulk element arrived with (for Redis's error text)."""
+    if isinstance(value, list):
+        return "*"
+    if isinstance(value, int):
+        return ":"
+    if value is None:
+        return "$"
+    return "+"
+
+
+def _redis_text(hiredis_message: str) -> str:
+    """hiredis's protocol-error text in Redis's words (what Redis says for the same bytes)."""
+    if "reply type byte" in hiredis_message:
+        quoted = hiredis_message.split('"')
+        got = quoted[1] if len(quoted) > 2 else "?"
+        return f"expected '$', got '{got}'"
+    if "multi-bulk" in hiredis_message.lower() or "multibulk" in hiredis_message.lower():
+        return "invalid multibulk length"
+    if "bulk" in hiredis_message.lower():
+        return "invalid bulk length"
+    return hiredis_message.replace("Protocol error, ", "")
 
 
 class PionServer:

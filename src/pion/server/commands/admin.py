@@ -5,7 +5,8 @@ PING ECHO HELLO AUTH SELECT CLIENT COMMAND INFO CONFIG QUIT FLUSHALL.
 Replies follow Redis 7 so redis-py, redis-cli and redis-benchmark behave as they do
 against Redis: HELLO's map, AUTH's ``-WRONGPASS`` wording, ``COMMAND DOCS`` (redis-cli's
 interactive hints), INFO as ``# Section`` blocks (verbatim string under RESP3). INFO's
-sections beyond Server/Clients/Memory come from the families' ``info(state)`` hooks.
+sections beyond Server/Clients/Memory come from the families' ``info(state)`` hooks; CPU
+(getrusage), Commandstats and Errorstats (the dispatcher's counters) are Redis's formats.
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ from __future__ import annotations
 import hmac
 import os
 import platform
+import resource
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pion import __version__
 from pion.common.errors import CommandError, arity_error, clip_for_echo
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import ClientState, CommandContext
 from pion.server.resp.replies import OK, SimpleString, Verbatim
+
+if TYPE_CHECKING:
+    from pion.server.dispatcher import Dispatcher
 
 REDIS_COMPAT_VERSION = "7.2.0"  # the Redis whose protocol and replies we follow
 WRONGPASS = "invalid username-password pair or user is disabled."
@@ -286,13 +291,67 @@ def render_info(sections: dict[str, list[tuple[str, object]]]) -> str:
     return "\r\n".join(blocks)
 
 
+# Sections only ``INFO all``/``everything`` or their own name ask for (Redis's rule).
+NOT_IN_DEFAULT_INFO = frozenset({"commandstats"})
+
+
+def _cpu_section() -> list[tuple[str, object]]:
+    """Redis's CPU section from getrusage (seconds, 6 decimals)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    fields: list[tuple[str, object]] = [
+        ("used_cpu_sys", f"{own.ru_stime:.6f}"), ("used_cpu_user", f"{own.ru_utime:.6f}"),
+        ("used_cpu_sys_children", f"{children.ru_stime:.6f}"),
+        ("used_cpu_user_children", f"{children.ru_utime:.6f}"),
+    ]
+    if hasattr(resource, "RUSAGE_THREAD"):  # Linux: the event loop's own thread
+        main = resource.getrusage(resource.RUSAGE_THREAD)
+        fields += [("used_cpu_sys_main_thread", f"{main.ru_stime:.6f}"),
+                   ("used_cpu_user_main_thread", f"{main.ru_utime:.6f}")]
+    return fields
+
+
+def _dispatcher(ctx: CommandContext) -> Dispatcher:
+    dispatcher: Dispatcher = ctx.server.components["server"].dispatcher
+    return dispatcher
+
+
+def _command_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
+    """CPU, Commandstats and Errorstats with Redis's field formats."""
+    dispatcher = _dispatcher(ctx)
+    commandstats: list[tuple[str, object]] = []
+    for stat in dispatcher.command_stats():
+        per_call = stat.usec / stat.calls if stat.calls else 0.0
+        commandstats.append((f"cmdstat_{stat.name}",
+                             f"calls={stat.calls},usec={stat.usec},usec_per_call={per_call:.2f},"
+                             f"rejected_calls={stat.rejected_calls},"
+                             f"failed_calls={stat.failed_calls}"))
+    errors = dispatcher.error_counts
+    return {
+        "Stats": [("total_error_replies", sum(errors.values()))],
+        "CPU": _cpu_section(),
+        "Commandstats": commandstats,
+        "Errorstats": [(f"errorstat_{code}", f"count={count}")
+                       for code, count in sorted(errors.items())],
+    }
+
+
 def cmd_admin_info(ctx: CommandContext, args: list[bytes]) -> Any:
+    """INFO [section ...]: no argument or ``default`` gives every section but
+    Commandstats; ``all``/``everything`` add it; names pick sections (any case)."""
     sections = _core_sections(ctx)
-    for name, fields in ctx.server.components["table"].info(ctx.server).items():
+    extra = ctx.server.components["table"].info(ctx.server)
+    for name, fields in [*extra.items(), *_command_sections(ctx).items()]:
         existing = next((k for k in sections if k.lower() == name.lower()), None)
         sections.setdefault(existing or name, []).extend(fields)
     wanted = {a.decode("utf-8", "replace").lower() for a in args}
-    if wanted and not wanted & {"all", "everything", "default"}:
+    if wanted & {"all", "everything"}:
+        pass
+    elif not wanted or wanted == {"default"}:
+        sections = {k: v for k, v in sections.items() if k.lower() not in NOT_IN_DEFAULT_INFO}
+    else:
+        if "default" in wanted:
+            wanted |= {k.lower() for k in sections} - NOT_IN_DEFAULT_INFO
         sections = {k: v for k, v in sections.items() if k.lower() in wanted}
     return Verbatim(render_info(sections))
 
@@ -317,7 +376,7 @@ def cmd_admin_config(ctx: CommandContext, args: list[bytes]) -> Any:
     """CONFIG GET <pattern>... (read-only view; the config is fixed at start-up)."""
     sub = args[0].upper()
     if sub == b"GET" and len(args) >= 2:
-        from pion.server.store.keyspace import compile_glob
+        from pion.server.store.glob import compile_glob
 
         view = _config_view(ctx)
         found: dict[str, str] = {}

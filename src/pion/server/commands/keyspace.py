@@ -15,11 +15,13 @@ from pion.common.errors import CommandError, arity_error
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import CommandContext, ServerState
 from pion.server.resp.replies import OK
+from pion.server.store.glob import compile_glob
 from pion.server.store.keyspace import ENTRY_OVERHEAD_BYTES, Keyspace, now_ms
 
 COMPONENT = "keyspace"
 SYNTAX_ERROR = "syntax error"
 NOT_INTEGER = "value is not an integer or out of range"
+KEYS_SLICE = 20_000  # keys matched between two yields to the event loop
 MAX_EXPIRE_MS = 2**62  # beyond this, unix-ms arithmetic overflows Redis's 64-bit range
 MAX_SCAN_COUNT = 1_000_000
 
@@ -149,30 +151,36 @@ def cmd_keyspace_del(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 # ---- expiry ---------------------------------------------------------------------------------
-def _expire(ctx: CommandContext, args: list[bytes], unit_ms: int, command: str) -> Any:
-    amount = parse_int(args[1])
-    flag = b""
-    for raw in args[2:]:
+def _expire_flags(args: list[bytes]) -> frozenset[bytes]:
+    """Redis's rules: NX excludes the others, GT excludes LT; XX combines with GT or LT."""
+    flags: set[bytes] = set()
+    for raw in args:
         opt = raw.upper()
         if opt not in (b"NX", b"XX", b"GT", b"LT"):
             raise CommandError(f"Unsupported option {raw.decode('utf-8', 'replace')[:128]}")
-        if flag and flag != opt:
-            raise CommandError("NX and XX, GT or LT options at the same time are not compatible"
-                               if b"NX" in (flag, opt) else
-                               "GT and LT options at the same time are not compatible")
-        flag = opt
+        flags.add(opt)
+    if b"NX" in flags and len(flags) > 1:
+        raise CommandError("NX and XX, GT or LT options at the same time are not compatible")
+    if b"GT" in flags and b"LT" in flags:
+        raise CommandError("GT and LT options at the same time are not compatible")
+    return frozenset(flags)
+
+
+def _expire(ctx: CommandContext, args: list[bytes], unit_ms: int, command: str) -> Any:
+    amount = parse_int(args[1])
+    flags = _expire_flags(args[2:])
     if abs(amount) > MAX_EXPIRE_MS // unit_ms:
         raise CommandError(f"invalid expire time in '{command}' command")
     deadline = now_ms() + amount * unit_ms
     ks = _keyspace(ctx)
     if ks.get(args[0]) is None:
         return 0
-    current = ks.expire_at_ms(args[0])
-    if flag == b"NX" and current is not None or flag == b"XX" and current is None:
+    current = ks.expire_at_ms(args[0])  # None: no TTL, an infinite one for GT and LT
+    if b"NX" in flags and current is not None or b"XX" in flags and current is None:
         return 0
-    if flag == b"GT" and (current is None or deadline <= current):
+    if b"GT" in flags and (current is None or deadline <= current):
         return 0
-    if flag == b"LT" and current is not None and deadline >= current:
+    if b"LT" in flags and current is not None and deadline >= current:
         return 0
     return int(ks.expire(args[0], deadline))
 
@@ -195,8 +203,25 @@ def cmd_keyspace_pttl(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 # ---- iteration ------------------------------------------------------------------------------
-def cmd_keyspace_keys(ctx: CommandContext, args: list[bytes]) -> Any:
-    return _keyspace(ctx).keys(args[0])
+async def cmd_keyspace_keys(ctx: CommandContext, args: list[bytes]) -> Any:
+    """KEYS: a big keyspace is matched in slices with a yield between them, so other
+    clients are served meanwhile (Redis blocks; we answer with the keys that matched and
+    are still live when the last slice is done)."""
+    ks = _keyspace(ctx)
+    if len(ks) <= KEYS_SLICE:
+        return ks.keys(args[0])
+    names = ks.key_names()
+    matcher = compile_glob(args[0]) if args[0] != b"*" else None
+    found: list[bytes] = []
+    for start in range(0, len(names), KEYS_SLICE):
+        batch = names[start:start + KEYS_SLICE]
+        found.extend(batch if matcher is None else [k for k in batch if matcher.match(k)])
+        await asyncio.sleep(0)
+    live: list[bytes] = []
+    for start in range(0, len(found), KEYS_SLICE):
+        live.extend(k for k in found[start:start + KEYS_SLICE] if ks.get(k) is not None)
+        await asyncio.sleep(0)
+    return live
 
 
 def cmd_keyspace_scan(ctx: CommandContext, args: list[bytes]) -> Any:

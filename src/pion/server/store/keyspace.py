@@ -21,12 +21,11 @@ per-entry overhead); the V-store's maxmemory policy adds it to its own bytes.
 from __future__ import annotations
 
 import bisect
-import functools
 import random
-import re
 import time
 from collections.abc import Iterator
 
+from pion.server.store.glob import compile_glob
 from pion.server.store.journal import Journal, NullJournal
 
 ENTRY_OVERHEAD_BYTES = 96  # dict slot + two bytes objects' headers, roughly
@@ -39,49 +38,6 @@ def now_ms() -> int:
 def entry_bytes(key: bytes, value: bytes) -> int:
     """What one entry counts toward ``used_bytes``."""
     return len(key) + len(value) + ENTRY_OVERHEAD_BYTES
-
-
-@functools.lru_cache(maxsize=256)
-def compile_glob(pattern: bytes) -> re.Pattern[bytes]:
-    """Redis glob (``* ? [abc] [^a-z] \\x``) as a bytes regex; matches whole keys."""
-    out = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i:i + 1]
-        if c == b"*":
-            out.append(b".*")
-        elif c == b"?":
-            out.append(b".")
-        elif c == b"\\" and i + 1 < n:
-            i += 1
-            out.append(re.escape(pattern[i:i + 1]))
-        elif c == b"[":
-            j = i + 1
-            negate = j < n and pattern[j:j + 1] == b"^"
-            if negate:
-                j += 1
-            parts = []
-            while j < n and pattern[j:j + 1] != b"]":
-                if pattern[j:j + 1] == b"\\" and j + 1 < n:
-                    j += 1
-                    parts.append(re.escape(pattern[j:j + 1]))
-                elif j + 2 < n and pattern[j + 1:j + 2] == b"-" and pattern[j + 2:j + 3] != b"]":
-                    lo, hi = sorted((pattern[j], pattern[j + 2]))
-                    parts.append(re.escape(bytes([lo])) + b"-" + re.escape(bytes([hi])))
-                    j += 2
-                else:
-                    parts.append(re.escape(pattern[j:j + 1]))
-                j += 1
-            body = b"".join(parts)
-            if not body:  # "[]" or "[^]" matches nothing / any one char, like Redis
-                out.append(b"." if negate else b"(?!)")
-            else:
-                out.append(b"[" + (b"^" if negate else b"") + body + b"]")
-            i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile(b"".join(out) + b"\\Z", re.DOTALL)
 
 
 class Keyspace:
@@ -125,6 +81,10 @@ class Keyspace:
         if deadline is None:
             return -1
         return max(0, deadline - now_ms())
+
+    def key_names(self) -> list[bytes]:
+        """Every stored key name, live or not yet expired-and-removed (a snapshot list)."""
+        return list(self._data)
 
     def keys(self, pattern: bytes = b"*") -> list[bytes]:
         self._expire_all_due()

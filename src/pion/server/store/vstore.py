@@ -20,7 +20,6 @@ a request that cannot fit is refused with nothing evicted.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import time
 from collections import OrderedDict
@@ -31,6 +30,7 @@ import numpy as np
 from pion.codecs import Codec, get_codec
 from pion.common.errors import CodecError, CommandError
 from pion.common.ids import K_SUFFIX, V_SUFFIX, Namespace, SessionId, k_session, v_session
+from pion.server.store.glob import compile_glob
 from pion.server.store.journal import Journal, NullJournal
 from pion.server.store.prefixes import BlockTable, PrefixEntry
 from pion.server.store.session import INPUT_DTYPES, SAME_ENCODING, Session, check_formats
@@ -156,7 +156,8 @@ class VStore:
         names = sorted(self._sessions)
         if pattern is None:
             return names
-        return [sid for sid in names if fnmatch.fnmatchcase(sid, pattern)]
+        regex = compile_glob(pattern.encode("utf-8", "surrogateescape"))
+        return [sid for sid in names if regex.match(sid.encode("utf-8", "surrogateescape"))]
 
     # ---- mutations -----------------------------------------------------------------------
     def create_session(self, sid: str, kv_dim: int, formats: tuple[str, ...], uniform: bool) -> bool:

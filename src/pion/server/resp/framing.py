@@ -1,0 +1,249 @@
+"""Request framing ahead of hiredis: where each request starts and ends, and its limits.
+
+hiredis parses RESP in C, but three things it cannot do for a server:
+  * say whether a read ended *between* two requests or *inside* one — once it has consumed
+    the complete elements of a partial array, ``has_data()`` is False in both cases, so
+    "the next read starts a new request" cannot be decided from its state (data bytes
+    were once run as inline commands that way);
+  * refuse a length at its header: it allocates a list of the declared element count as
+    soon as it sees ``*N`` and waits for a declared bulk payload of any size;
+  * apply Redis's tighter limits to a client that has not authenticated yet.
+
+``RequestFramer`` walks the byte stream with the rules of Redis's ``processMultibulkBuffer``
+and ``processInlineBuffer`` and hands hiredis only validated, canonical multibulk frames:
+
+  * ``*N`` with N > 1,048,576 (10 before AUTH) or not a number → ``invalid multibulk
+    length`` (``unauthenticated multibulk length``); N ≤ 0 is skipped, like Redis;
+  * an element that does not start with ``$`` → ``expected '$', got 'x'``;
+  * ``$L`` with L < 0 or above ``--proto-max-bulk-len`` (16 KB before AUTH) → ``invalid
+    bulk length`` (``unauthenticated bulk length``), decided at the header;
+  * a header line or an inline line longer than 64 KB without its newline → ``too big
+    mbulk count string`` / ``too big bulk count string`` / ``too big inline request``;
+  * inline lines are split like ``sdssplitargs`` and re-encoded as multibulk frames, so
+    inline and multibulk requests can follow each other anywhere in a pipeline;
+  * an array declared with more than ``HOLD_ARRAYS_OVER`` elements is held here until it
+    is complete, so memory follows the bytes received, never a declared length.
+
+Example: the stream ``*3\\r\\n$3\\r\\nSET\\r\\n$1\\r\\nk\\r\\n`` + ``$8\\r\\nFLUSHALL\\r\\n``
+split after ``k\\r\\n`` leaves the framer inside element 3 of 3 (``at_boundary`` False),
+so the second read continues that request instead of starting an inline command.
+
+The network layer only runs it when it must (``net.py``): a read that starts on a request
+boundary, begins with ``*``, and holds no array header of four or more digits goes to
+hiredis directly, and the framer only re-reads it afterwards if it ended mid-request.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pion.server.resp.inline import MAX_INLINE_BYTES, InlineError, split_inline
+
+MAX_MULTIBULK_LEN = 1024 * 1024
+MAX_UNAUTH_MULTIBULK_LEN = 10
+MAX_UNAUTH_BULK_LEN = 16 * 1024
+HOLD_ARRAYS_OVER = 1024  # Redis 7 also stops pre-allocating argv beyond 1024 arguments
+
+# A read that may hold an array header the fast path must not hand to hiredis unchecked:
+# ``*`` then four digits (≥ 1000 elements, see HOLD_ARRAYS_OVER) or a negative count.
+LARGE_ARRAY_HEADER = re.compile(rb"\*(?:\d{4}|-)")
+
+MAX_BULK_SCAN = 2**63 - 1  # a probe that only locates frames applies no size limit
+_INTEGER = re.compile(rb"-?[1-9][0-9]{0,18}|0")  # Redis's string2ll: no sign, spaces, zeros
+
+_START, _ARRAY_LINE, _BULK_LINE, _BULK_BODY, _INLINE = range(5)
+
+
+@dataclass
+class FramedRead:
+    """What one ``feed`` produced: bytes for hiredis, in order, and how it ended."""
+
+    pieces: list[bytes | memoryview] = field(default_factory=list)
+    error: str | None = None  # Redis's text after ``Protocol error: ``; the client closes
+    rest: bytes = b""  # unread remainder (``one_request`` mode stops after one request)
+
+
+def _encode_words(words: list[bytes]) -> bytes:
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%b\r\n" % (len(w), w) for w in words)
+
+
+class RequestFramer:
+    """The RESP request stream of one connection, tracked across reads."""
+
+    def __init__(self, max_bulk_len: int) -> None:
+        self.max_bulk_len = max_bulk_len
+        self.state = _START
+        self.line = bytearray()  # a header or inline line carried over from earlier reads
+        self.elements_left = 0
+        self.body_left = 0  # payload bytes plus CRLF still to come
+        self.hold: bytearray | None = None  # a large array kept until complete
+
+    @property
+    def at_boundary(self) -> bool:
+        """True when the bytes seen so far end exactly after a whole request."""
+        return self.state == _START
+
+    def feed(self, data: bytes, authenticated: bool, one_request: bool = False) -> FramedRead:
+        """Frame ``data`` (continuing the stream); see the module docstring for the rules.
+
+        With ``one_request`` the framer stops after the first complete request and returns
+        the unread bytes in ``rest``, so limits that depend on AUTH apply per request.
+        """
+        out = FramedRead()
+        pieces = out.pieces
+        view = memoryview(data)
+        n = len(data)
+        i = 0
+        emit_from = 0  # start of the run of bytes passed through unchanged
+
+        def emit(end: int) -> None:
+            if end > emit_from:
+                if self.hold is not None:
+                    self.hold += view[emit_from:end]
+                else:
+                    pieces.append(view[emit_from:end])
+
+        max_array = MAX_MULTIBULK_LEN if authenticated else MAX_UNAUTH_MULTIBULK_LEN
+        max_bulk = self.max_bulk_len if authenticated else min(self.max_bulk_len,
+                                                               MAX_UNAUTH_BULK_LEN)
+        while i < n:
+            state = self.state
+            if state == _BULK_BODY:
+                take = min(self.body_left, n - i)
+                i += take
+                self.body_left -= take
+                if self.body_left:
+                    break
+                self.elements_left -= 1
+                if self.elements_left:
+                    self.state = _BULK_LINE
+                    continue
+                self.state = _START
+                if self.hold is not None:
+                    emit(i)
+                    pieces.append(bytes(self.hold))
+                    self.hold = None
+                    emit_from = i
+                if one_request:
+                    break
+                continue
+            if state == _START:
+                self.state = state = _ARRAY_LINE if data[i] == 42 else _INLINE
+            # A line-terminated element: an array header, a bulk header or an inline line.
+            if state == _BULK_LINE and not self.line and data[i] != 36:
+                emit(i)
+                out.error = f"expected '$', got '{chr(data[i])}'"
+                return out
+            newline = data.find(b"\n", i)
+            if newline < 0:
+                emit(i)
+                self.line += view[i:]
+                if len(self.line) > MAX_INLINE_BYTES:
+                    out.error = ("too big inline request" if state == _INLINE else
+                                 "too big mbulk count string" if state == _ARRAY_LINE else
+                                 "too big bulk count string")
+                return out
+            if self.line:  # the line began in an earlier read: it was not emitted yet
+                line = bytes(self.line) + data[i:newline + 1]
+                self.line.clear()
+                split = True
+            else:
+                line = data[i:newline + 1]
+                split = False
+            start = i
+            i = newline + 1
+            if state == _INLINE:
+                emit(start)
+                emit_from = i
+                text = line[:-1]
+                if text.endswith(b"\r"):
+                    text = text[:-1]
+                try:
+                    words = split_inline(text)
+                except InlineError as exc:
+                    out.error = str(exc)
+                    return out
+                self.state = _START
+                if words:
+                    pieces.append(_encode_words(words))
+                    if one_request:
+                        break
+                continue
+            number = line[1:-2] if line.endswith(b"\r\n") else b"x"
+            valid = _INTEGER.fullmatch(number) is not None
+            if state == _ARRAY_LINE:
+                count = int(number) if valid else 0
+                if not valid or count > MAX_MULTIBULK_LEN:
+                    emit(start)
+                    out.error = "invalid multibulk length"
+                    return out
+                if count > max_array:
+                    emit(start)
+                    out.error = "unauthenticated multibulk length"
+                    return out
+                if count <= 0:  # Redis ignores an empty or negative array
+                    emit(start)
+                    emit_from = i
+                    self.state = _START
+                    continue
+                self.elements_left = count
+                self.state = _BULK_LINE
+                if count > HOLD_ARRAYS_OVER:
+                    emit(start)
+                    self.hold = bytearray(line)
+                    emit_from = i
+                    continue
+            else:
+                length = int(number) if valid else -1
+                if length < 0 or length > self.max_bulk_len:
+                    emit(start)
+                    out.error = "invalid bulk length"
+                    return out
+                if length > max_bulk:
+                    emit(start)
+                    out.error = "unauthenticated bulk length"
+                    return out
+                self.body_left = length + 2
+                self.state = _BULK_BODY
+            if split:
+                emit(start)
+                if self.hold is not None:
+                    self.hold += line
+                else:
+                    pieces.append(line)
+                emit_from = i
+        emit(i)
+        if i < n:
+            out.rest = data[i:]
+        return out
+
+    @staticmethod
+    def first_inline_offset(data: bytes) -> int | None:
+        """Where the first inline line of a read that starts on a boundary begins, when
+        every request before it is a well-formed multibulk frame; else None.
+
+        hiredis stops at the first request that does not start with ``*``; this tells the
+        network layer where to pick up with the framer (mixed inline and multibulk).
+        """
+        probe = RequestFramer(MAX_BULK_SCAN)
+        offset = 0
+        while offset < len(data):
+            if data[offset] != 42:
+                return offset
+            framed = probe.feed(data[offset:], authenticated=True, one_request=True)
+            if framed.error is not None or not probe.at_boundary:
+                return None
+            offset = len(data) - len(framed.rest)
+        return None
+
+    def resync(self, data: bytes) -> str | None:
+        """Track a read hiredis was already given whole (it started on a boundary).
+
+        Returns Redis's error text when the read breaks a limit; the state then describes
+        the stream up to that point only.
+        """
+        result = self.feed(data, authenticated=True)
+        if self.hold is not None:  # the fast path only passes reads with no large array
+            self.hold = None
+        return result.error
