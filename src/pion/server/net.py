@@ -26,7 +26,8 @@ Flow control, per client:
     untouched.
 
 Framing (``resp/framing.py``): a read that starts on a request boundary, begins with
-``*`` and holds no large array header goes straight to hiredis (the fast path). Every
+``*``, ends with a newline and holds no large array header goes straight to hiredis (the
+fast path). Every
 other read — one that continues a request split by TCP, an inline command, a header
 that needs checking, any read of a client that has not authenticated yet — goes through
 ``RequestFramer`` first, which applies Redis's limits at the header and hands hiredis
@@ -140,10 +141,11 @@ class Connection(asyncio.Protocol):
         if self.closing or self.frame_error is not None:
             return
         framer = self.framer
-        if (framer.at_boundary and data[0] == 42 and not self.busy and not self.write_paused
-                and _large_array_header(data) is None
+        if (framer.at_boundary and data[0] == 42 and data[-1] == 10 and not self.busy
+                and not self.write_paused and _large_array_header(data) is None
                 and (self.client.authenticated or not self.auth_required)):
-            # The fast path: hiredis holds nothing and this read starts a request.
+            # The fast path: hiredis holds nothing, this read starts a request and does not
+            # end inside a header line (the framer never has to re-send part of a line).
             self.reader.feed(data)
             self.fed_since_frame += len(data)
             self.mid_request = True

@@ -29,8 +29,9 @@ split after ``k\\r\\n`` leaves the framer inside element 3 of 3 (``at_boundary``
 so the second read continues that request instead of starting an inline command.
 
 The network layer only runs it when it must (``net.py``): a read that starts on a request
-boundary, begins with ``*``, and holds no array header of four or more digits goes to
-hiredis directly, and the framer only re-reads it afterwards if it ended mid-request.
+boundary, begins with ``*``, ends with a newline and holds no array header of four or more
+digits goes to hiredis directly, and the framer only re-reads it afterwards if it ended
+mid-request.
 """
 
 from __future__ import annotations
@@ -243,7 +244,9 @@ class RequestFramer:
         Returns Redis's error text when the read breaks a limit; the state then describes
         the stream up to that point only.
         """
+        # The fast path only passes reads that end with a newline and hold no large array,
+        # so no part of a header line and no held array is left to send twice.
         result = self.feed(data, authenticated=True)
-        if self.hold is not None:  # the fast path only passes reads with no large array
-            self.hold = None
+        self.hold = None
+        self.line.clear()
         return result.error

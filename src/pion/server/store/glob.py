@@ -3,7 +3,8 @@
 Semantics are Redis's ``stringmatchlen``: ``*`` any run of bytes, ``?`` one byte,
 ``[abc]`` / ``[^abc]`` / ``[a-z]`` (a reversed range is swapped, ``[]`` matches nothing and
 ``[^]`` any one byte, an unterminated ``[`` runs to the end of the pattern), ``\\x`` the
-byte ``x`` (also inside a class); a trailing lone ``\\`` is a literal backslash.
+byte ``x`` (also inside a class); a trailing lone ``\\`` is a literal backslash; an empty
+key matches only the empty pattern (``KEYS *`` and ``SCAN`` without MATCH list every key).
 
 Why not translate ``*`` to ``.*``: a backtracking engine then needs time exponential in
 the number of stars (``a*a*a*…*b`` against a long key never finished). Every atom other
@@ -87,6 +88,7 @@ class GlobMatcher:
     def __init__(self, segments: list[list[bytes]]) -> None:
         sources = [b"".join(atoms) for atoms in segments]
         self.min_len = sum(len(atoms) for atoms in segments)
+        self._matches_empty = segments == [[]]  # Redis: only "" matches "" (KEYS * aside)
         self._regex: re.Pattern[bytes] | None = None
         if len(segments) <= MAX_COMPILED_SEGMENTS:
             if len(sources) == 1:
@@ -102,6 +104,8 @@ class GlobMatcher:
         self._last_len = len(segments[-1])
 
     def match(self, subject: bytes) -> bool:
+        if not subject:
+            return self._matches_empty
         if self._regex is not None:
             return self._regex.match(subject) is not None
         if len(subject) < self.min_len:
