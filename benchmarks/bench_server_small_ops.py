@@ -9,7 +9,11 @@ reads the server's CPU time (utime + stime from ``/proc/<pid>/stat``) before and
 On a 2-core machine redis-benchmark itself saturates a core, so ops/s partly measures the
 client; CPU per request is the robust comparison. Prints a markdown table with ratios.
 
-    .venv/bin/python benchmarks/bench_server_small_ops.py [-n 200000]
+    .venv/bin/python benchmarks/bench_server_small_ops.py [-n 200000] [--baseline-src DIR]
+
+``--baseline-src`` also runs a second pion-server from another source tree (e.g. a
+checkout of the previous commit's ``src``) in the same run, interleaved, and adds a
+``Pion ÷ base`` CPU column: how a change moved the per-request cost.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ def run_one(server: str, pid: int, port: int, test: str, n: int, pipeline: int) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=200_000, help="requests per test")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="a second pion source tree (its src/ dir) to run side by side")
     args = parser.parse_args()
     for tool in ("redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
@@ -88,6 +94,8 @@ def main() -> int:
             return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-small-"))
     ports = {"redis": free_port(), "redis+aof": free_port(), "pion": free_port()}
+    if args.baseline_src is not None:
+        ports["pion-base"] = free_port()
     redis_common = ["--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
     procs = {
         "redis": subprocess.Popen(["redis-server", "--port", str(ports["redis"]), *redis_common,
@@ -101,6 +109,11 @@ def main() -> int:
                                   str(ports["pion"]), "--dir", str(tmp / "pion-data")],
                                  stdout=subprocess.DEVNULL),
     }
+    if args.baseline_src is not None:
+        env = {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}
+        procs["pion-base"] = subprocess.Popen(
+            [sys.executable, "-m", "pion.server", "--port", str(ports["pion-base"]), "--dir",
+             str(tmp / "pion-base-data")], stdout=subprocess.DEVNULL, env=env)
     rows: list[Row] = []
     try:
         for port in ports.values():
@@ -119,9 +132,11 @@ def main() -> int:
     print(f"redis-benchmark -n {args.n} -d 3 -c 50, one test per run; server CPU from "
           f"/proc/<pid>/stat (utime+stime); redis+aof = appendonly yes, appendfsync everysec "
           f"(pion-server's default WAL policy)\n")
+    base_cols = args.baseline_src is not None
     print("| test | -P | ops/s Redis | ops/s Redis+AOF | ops/s Pion | Pion ÷ Redis | "
-          "CPU µs/req Redis | Redis+AOF | Pion | CPU Pion ÷ Redis | CPU Pion ÷ Redis+AOF |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "CPU µs/req Redis | Redis+AOF | Pion | CPU Pion ÷ Redis | CPU Pion ÷ Redis+AOF |"
+          + (" CPU µs/req base | CPU Pion ÷ base |" if base_cols else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if base_cols else ""))
     for (server, test, pipeline), base in by_key.items():
         if server != "redis":
             continue
@@ -130,7 +145,10 @@ def main() -> int:
               f"{pion.rps / base.rps:.2f}× | {base.cpu_us_per_req:.2f} | "
               f"{aof.cpu_us_per_req:.2f} | {pion.cpu_us_per_req:.2f} | "
               f"{pion.cpu_us_per_req / base.cpu_us_per_req:.2f}× | "
-              f"{pion.cpu_us_per_req / aof.cpu_us_per_req:.2f}× |")
+              f"{pion.cpu_us_per_req / aof.cpu_us_per_req:.2f}× |"
+              + (f" {by_key[('pion-base', test, pipeline)].cpu_us_per_req:.2f} | "
+                 f"{pion.cpu_us_per_req / by_key[('pion-base', test, pipeline)].cpu_us_per_req:.2f}× |"
+                 if base_cols else ""))
     return 0
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pion.server.resp.framing import MAX_UNAUTH_BULK_LEN, RequestFramer
+from pion.server.resp.framing import MAX_UNAUTH_BULK_LEN, RequestFramer, encode_words
 
 MAX_BULK = 512 * 1024 * 1024
 # Values that look like commands or frames: none of them may ever run as one.
@@ -52,7 +52,7 @@ def run_framer(chunks: list[bytes], authenticated: bool = True) -> tuple[list[li
         framed = framer.feed(chunk, authenticated=authenticated)
         assert framed.error is None
         for piece in framed.pieces:
-            reader.feed(piece)
+            reader.feed(encode_words(piece) if isinstance(piece, list) else piece)
         while (request := reader.gets()) is not False:
             got.append(request)
     return got, framer
@@ -83,7 +83,8 @@ def test_a_read_that_ends_between_two_elements_is_not_at_a_boundary() -> None:
     assert framed.error is None
     assert framer.at_boundary is False
     framed = framer.feed(b"$8\r\nFLUSHALL\r\n", authenticated=True)
-    assert b"".join(bytes(p) for p in framed.pieces) == b"$8\r\nFLUSHALL\r\n"
+    assert b"".join(bytes(p) for p in framed.pieces if not isinstance(p, list)) == \
+        b"$8\r\nFLUSHALL\r\n"
     assert framer.at_boundary is True
 
 
@@ -113,14 +114,15 @@ def test_the_requests_before_a_bad_frame_are_still_handed_on() -> None:
     framed = RequestFramer(MAX_BULK).feed(encode([b"PING"]) + b"*1\r\n$-3\r\n",
                                           authenticated=True)
     assert framed.error == "invalid bulk length"
-    assert b"".join(bytes(p) for p in framed.pieces).startswith(encode([b"PING"]))
+    handed_on = b"".join(bytes(p) for p in framed.pieces)  # type: ignore[arg-type]
+    assert handed_on.startswith(encode([b"PING"]))
 
 
 def test_limits_before_auth_stop_at_ten_arguments_of_16_kb() -> None:
     ten = encode([b"x" * MAX_UNAUTH_BULK_LEN] * 10)
     framed = RequestFramer(MAX_BULK).feed(ten, authenticated=False)
     assert framed.error is None
-    assert sum(len(p) for p in framed.pieces) == len(ten)
+    assert b"".join(bytes(p) for p in framed.pieces) == ten  # type: ignore[arg-type]
 
 
 def test_a_large_declared_array_is_held_until_its_bytes_arrive() -> None:
@@ -130,7 +132,8 @@ def test_a_large_declared_array_is_held_until_its_bytes_arrive() -> None:
     assert framed.pieces == []  # nothing reaches hiredis, so nothing is allocated for 2000
     rest = b"$1\r\na\r\n" * 1990
     framed = framer.feed(rest, authenticated=True)
-    assert [bytes(p) for p in framed.pieces] == [header + b"$1\r\na\r\n" * 2000]
+    assert [bytes(p) for p in framed.pieces] == [  # type: ignore[arg-type]
+        header + b"$1\r\na\r\n" * 2000]
     assert framer.at_boundary is True
 
 

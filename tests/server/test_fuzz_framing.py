@@ -94,6 +94,7 @@ def test_random_frames_and_splits_never_hurt_the_server_or_other_clients(
         fuzz_server: ServerProcess, frames: list[bytes], authenticate: bool,
         cuts: list[int]) -> None:
     stream = (encode(b"AUTH", PASSWORD.encode()) if authenticate else b"") + b"".join(frames)
+    stream = stream or b"PING\r\n"
     points = sorted({c % len(stream) for c in cuts} - {0})
     chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
     with socket.create_connection(("127.0.0.1", fuzz_server.port)) as sock:

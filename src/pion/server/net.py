@@ -52,7 +52,7 @@ from pion.common.errors import CommandError
 from pion.server.context import ClientState, CommandContext, ServerState
 from pion.server.dispatcher import Dispatcher
 from pion.server.resp.encoder import encode_error
-from pion.server.resp.framing import LARGE_ARRAY_HEADER, RequestFramer
+from pion.server.resp.framing import LARGE_ARRAY_HEADER, RequestFramer, encode_words
 
 log = logging.getLogger("pion.server.net")
 
@@ -167,10 +167,18 @@ class Connection(asyncio.Protocol):
             unauthenticated = self.auth_required and not self.client.authenticated
             framed = self.framer.feed(data, authenticated=not unauthenticated,
                                       one_request=unauthenticated)
+            frames_fed = False
             for piece in framed.pieces:
+                if type(piece) is list:
+                    if frames_fed:
+                        self._process()  # the frames before this inline request first
+                        frames_fed = False
+                    self._inline(piece)
+                    continue
+                frames_fed = True
                 # hiredis takes any buffer (its stub says bytes): no copy of large payloads.
                 reader.feed(piece)  # type: ignore[arg-type]
-                self.fed_since_frame += len(piece)
+                self.fed_since_frame += len(piece)  # type: ignore[arg-type]
                 self.mid_request = True
             if framed.error is not None:
                 self._frame_failed(framed.error)
@@ -179,6 +187,25 @@ class Connection(asyncio.Protocol):
             if self.closing or not framed.rest:
                 return
             data = framed.rest
+            reader = self.reader
+
+    def _inline(self, words: list[bytes]) -> None:
+        """Run an inline request now, or queue it behind the requests still waiting."""
+        if self.busy or self.write_paused or self.closing or self.reader.has_data():
+            self.reader.feed(encode_words(words))
+            self.mid_request = True
+            return
+        started = _perf_counter()
+        pending = self.dispatcher.execute(self.ctx, words, self.out)
+        if pending is not None:
+            self._start_async(pending)
+            return
+        elapsed = _perf_counter() - started
+        self.dispatcher.last_entry.seconds += elapsed
+        if elapsed > self.dispatcher.slow_s:
+            self.dispatcher.log_slow(self.ctx, words, elapsed)
+        if self.client.close_after_reply:
+            self._close_after_flush()
 
     def _continue_after_inline(self) -> bool:
         """A fast-path read went on with an inline command after whole multibulk frames

@@ -19,8 +19,8 @@ and ``processInlineBuffer`` and hands hiredis only validated, canonical multibul
     bulk length`` (``unauthenticated bulk length``), decided at the header;
   * a header line or an inline line longer than 64 KB without its newline → ``too big
     mbulk count string`` / ``too big bulk count string`` / ``too big inline request``;
-  * inline lines are split like ``sdssplitargs`` and re-encoded as multibulk frames, so
-    inline and multibulk requests can follow each other anywhere in a pipeline;
+  * inline lines are split like ``sdssplitargs`` and handed on as word lists, so inline
+    and multibulk requests can follow each other anywhere in a pipeline;
   * an array declared with more than ``HOLD_ARRAYS_OVER`` elements is held here until it
     is complete, so memory follows the bytes received, never a declared length.
 
@@ -60,12 +60,15 @@ _START, _ARRAY_LINE, _BULK_LINE, _BULK_BODY, _INLINE = range(5)
 class FramedRead:
     """What one ``feed`` produced: bytes for hiredis, in order, and how it ended."""
 
-    pieces: list[bytes | memoryview] = field(default_factory=list)
+    # Frame bytes for hiredis, in order; an inline request comes as its list of words (the
+    # network layer runs it directly when nothing is queued before it, else encodes it).
+    pieces: list[bytes | memoryview | list[bytes]] = field(default_factory=list)
     error: str | None = None  # Redis's text after ``Protocol error: ``; the client closes
     rest: bytes = b""  # unread remainder (``one_request`` mode stops after one request)
 
 
-def _encode_words(words: list[bytes]) -> bytes:
+def encode_words(words: list[bytes]) -> bytes:
+    """An inline request's words as the multibulk frame hiredis would have parsed."""
     return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%b\r\n" % (len(w), w) for w in words)
 
 
@@ -167,7 +170,7 @@ class RequestFramer:
                     return out
                 self.state = _START
                 if words:
-                    pieces.append(_encode_words(words))
+                    pieces.append(words)
                     if one_request:
                         break
                 continue
