@@ -340,3 +340,16 @@ def test_redis_cli_pipe_stores_every_key(tmp_path: Path) -> None:
                 assert conn.mget(keys) == [b"v%d" % i for i in range(start, start + len(keys))]
     finally:
         server.stop()
+
+
+def test_requests_with_thousands_of_arguments_are_served(shared_pion_server: ServerProcess) -> None:
+    mapping = {f"wide:{i}": f"v{i}" for i in range(3000)}
+    with shared_pion_server.client() as conn:
+        pipe = conn.pipeline(transaction=False)
+        pipe.ping()
+        pipe.mset(mapping)  # one request of 6001 arguments after a small one, in one write
+        pipe.mget(list(mapping))
+        replies = pipe.execute()
+    assert replies[0] is True
+    assert replies[1] is True
+    assert replies[2] == [v.encode() for v in mapping.values()]

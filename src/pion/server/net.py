@@ -52,7 +52,14 @@ from pion.common.errors import CommandError
 from pion.server.context import ClientState, CommandContext, ServerState
 from pion.server.dispatcher import Dispatcher
 from pion.server.resp.encoder import encode_error
-from pion.server.resp.framing import LARGE_ARRAY_HEADER, RequestFramer, encode_words
+from pion.server.resp.framing import (
+    HOLD_ARRAYS_OVER,
+    LARGE_ARRAY_HEADER,
+    MAX_MULTIBULK_LEN,
+    RequestFramer,
+    encode_words,
+)
+from pion.server.resp.hiredis_limits import cap_array_elements, capping_supported
 
 log = logging.getLogger("pion.server.net")
 
@@ -63,7 +70,16 @@ JOIN_MAX_BYTES = 16 * 1024  # a batch of replies up to this size is joined into 
 _perf_counter = time.perf_counter
 RECV_SLACK = 1024 * 1024  # bytes of a frame fed before its start was noticed (one read chunk)
 UNAUTH_OUTPUT_LIMIT = 64 * 1024  # unsent replies a client that has not authenticated may hold
-_large_array_header = LARGE_ARRAY_HEADER.search
+# hiredis capped at HOLD_ARRAYS_OVER elements (it raises; the framer takes over) — or, on a
+# build where that cannot be verified, each fast-path read is scanned for large headers.
+_PRESCAN = None if capping_supported() else LARGE_ARRAY_HEADER.search
+
+
+def new_reader() -> hiredis.Reader:
+    """A hiredis reader that refuses array headers above ``HOLD_ARRAYS_OVER`` (if it can)."""
+    reader = hiredis.Reader()
+    cap_array_elements(reader, HOLD_ARRAYS_OVER)
+    return reader
 
 
 class Connection(asyncio.Protocol):
@@ -72,7 +88,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: PionServer) -> None:
         self.server = server
         self.dispatcher = server.dispatcher
-        self.reader = hiredis.Reader()
+        self.reader = new_reader()
         self.transport: asyncio.Transport | None = None
         self.out: list[Any] = []
         self.busy = False  # an async command is in flight
@@ -142,7 +158,7 @@ class Connection(asyncio.Protocol):
             return
         framer = self.framer
         if (framer.at_boundary and data[0] == 42 and data[-1] == 10 and not self.busy
-                and not self.write_paused and _large_array_header(data) is None
+                and not self.write_paused and (_PRESCAN is None or _PRESCAN(data) is None)
                 and (self.client.authenticated or not self.auth_required)):
             # The fast path: hiredis holds nothing, this read starts a request and does not
             # end inside a header line (the framer never has to re-send part of a line).
@@ -171,9 +187,9 @@ class Connection(asyncio.Protocol):
             for piece in framed.pieces:
                 if type(piece) is list:
                     if frames_fed:
-                        self._process()  # the frames before this inline request first
+                        self._process()  # the frames before this request first
                         frames_fed = False
-                    self._inline(piece)
+                    self._run_words(piece)
                     continue
                 frames_fed = True
                 # hiredis takes any buffer (its stub says bytes): no copy of large payloads.
@@ -189,9 +205,14 @@ class Connection(asyncio.Protocol):
             data = framed.rest
             reader = self.reader
 
-    def _inline(self, words: list[bytes]) -> None:
-        """Run an inline request now, or queue it behind the requests still waiting."""
+    def _run_words(self, words: list[bytes]) -> None:
+        """Run a request the framer parsed itself (inline, or a held large array) now, or
+        queue it behind the requests still waiting."""
         if self.busy or self.write_paused or self.closing or self.reader.has_data():
+            if len(words) > HOLD_ARRAYS_OVER:
+                # Queued behind a command in flight: let hiredis take this many (its bytes
+                # are here, so the declared length is real) — up to Redis's own limit after.
+                cap_array_elements(self.reader, MAX_MULTIBULK_LEN)
             self.reader.feed(encode_words(words))
             self.mid_request = True
             return
@@ -208,14 +229,15 @@ class Connection(asyncio.Protocol):
             self._close_after_flush()
 
     def _continue_after_inline(self) -> bool:
-        """A fast-path read went on with an inline command after whole multibulk frames
-        (hiredis refuses it): hand the rest of the read to the framer with a new reader."""
+        """A fast-path read went on, after whole multibulk frames, with a request hiredis
+        refuses (inline, or a large or negative array header): hand the rest of the read to
+        the framer with a new reader."""
         data, self.fast_read = self.fast_read, None
         assert data is not None
         offset = RequestFramer.first_inline_offset(data)
         if offset is None:
             return False
-        self.reader = hiredis.Reader()
+        self.reader = new_reader()
         self._feed_framed(data[offset:])
         return True
 

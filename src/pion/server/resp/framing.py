@@ -22,16 +22,17 @@ and ``processInlineBuffer`` and hands hiredis only validated, canonical multibul
   * inline lines are split like ``sdssplitargs`` and handed on as word lists, so inline
     and multibulk requests can follow each other anywhere in a pipeline;
   * an array declared with more than ``HOLD_ARRAYS_OVER`` elements is held here until it
-    is complete, so memory follows the bytes received, never a declared length.
+    is complete, then handed on as its word list (hiredis itself is capped at that size,
+    see ``hiredis_limits``), so memory follows the bytes received, never a declared length.
 
 Example: the stream ``*3\\r\\n$3\\r\\nSET\\r\\n$1\\r\\nk\\r\\n`` + ``$8\\r\\nFLUSHALL\\r\\n``
 split after ``k\\r\\n`` leaves the framer inside element 3 of 3 (``at_boundary`` False),
 so the second read continues that request instead of starting an inline command.
 
 The network layer only runs it when it must (``net.py``): a read that starts on a request
-boundary, begins with ``*``, ends with a newline and holds no array header of four or more
-digits goes to hiredis directly, and the framer only re-reads it afterwards if it ended
-mid-request.
+boundary, begins with ``*`` and ends with a newline goes to hiredis directly; the framer
+re-reads it afterwards only if it ended mid-request, and takes over from the first request
+hiredis refuses (an inline line, a large or negative array header).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ MAX_UNAUTH_MULTIBULK_LEN = 10
 MAX_UNAUTH_BULK_LEN = 16 * 1024
 HOLD_ARRAYS_OVER = 1024  # Redis 7 also stops pre-allocating argv beyond 1024 arguments
 
-# A read that may hold an array header the fast path must not hand to hiredis unchecked:
-# ``*`` then four digits (≥ 1000 elements, see HOLD_ARRAYS_OVER) or a negative count.
+# Where hiredis cannot be capped (another build, see hiredis_limits): a read that may hold an
+# array header the fast path must not hand to hiredis, ``*`` then four digits or a minus.
 LARGE_ARRAY_HEADER = re.compile(rb"\*(?:\d{4}|-)")
 
 MAX_BULK_SCAN = 2**63 - 1  # a probe that only locates frames applies no size limit
@@ -65,6 +66,18 @@ class FramedRead:
     pieces: list[bytes | memoryview | list[bytes]] = field(default_factory=list)
     error: str | None = None  # Redis's text after ``Protocol error: ``; the client closes
     rest: bytes = b""  # unread remainder (``one_request`` mode stops after one request)
+
+
+def _words_of(frame: bytes) -> list[bytes]:
+    """The arguments of one complete, already checked multibulk frame (a held array)."""
+    words: list[bytes] = []
+    pos = frame.index(b"\r\n") + 2
+    while pos < len(frame):
+        end = frame.index(b"\r\n", pos)
+        length = int(frame[pos + 1:end])
+        words.append(frame[end + 2:end + 2 + length])
+        pos = end + 4 + length
+    return words
 
 
 def encode_words(words: list[bytes]) -> bytes:
@@ -126,7 +139,7 @@ class RequestFramer:
                 self.state = _START
                 if self.hold is not None:
                     emit(i)
-                    pieces.append(bytes(self.hold))
+                    pieces.append(_words_of(bytes(self.hold)))
                     self.hold = None
                     emit_from = i
                 if one_request:
@@ -224,16 +237,21 @@ class RequestFramer:
 
     @staticmethod
     def first_inline_offset(data: bytes) -> int | None:
-        """Where the first inline line of a read that starts on a boundary begins, when
-        every request before it is a well-formed multibulk frame; else None.
+        """Where the first request hiredis refuses begins in a read that starts on a
+        boundary — an inline line, or an array header outside -1 … ``HOLD_ARRAYS_OVER``
+        (hiredis is capped there, see ``hiredis_limits``) — when every request before it is
+        a well-formed multibulk frame; else None.
 
-        hiredis stops at the first request that does not start with ``*``; this tells the
-        network layer where to pick up with the framer (mixed inline and multibulk).
+        This tells the network layer where to pick up with the framer.
         """
         probe = RequestFramer(MAX_BULK_SCAN)
         offset = 0
         while offset < len(data):
             if data[offset] != 42:
+                return offset
+            end = data.find(b"\r\n", offset, offset + 24)
+            count = data[offset + 1:end]
+            if end > 0 and _INTEGER.fullmatch(count) and not -1 <= int(count) <= HOLD_ARRAYS_OVER:
                 return offset
             framed = probe.feed(data[offset:], authenticated=True, one_request=True)
             if framed.error is not None or not probe.at_boundary:
