@@ -272,14 +272,13 @@ class Connection(asyncio.Protocol):
                 self._protocol_error(_redis_text(str(exc)))
                 return
             if request is False:
-                if self.frame_error is not None and not self.busy:
-                    self._protocol_error(self.frame_error)
-                    return
-                break
-            self.mid_request = reader.has_data()
+                break  # the reader holds part of a request (mid_request stays True)
             if type(request) is not list or not request:
-                if request is None or request == []:
-                    continue  # *-1 and *0 are ignored, like Redis
+                if request is None or request == []:  # *-1 and *0 are ignored, like Redis
+                    if not reader.has_data():
+                        self.mid_request = False
+                        break
+                    continue
                 # A request that does not start with '*' is an inline command for Redis.
                 if self.fast_read is not None and self._continue_after_inline():
                     return
@@ -310,7 +309,15 @@ class Connection(asyncio.Protocol):
             if len(out) >= FLUSH_EVERY:
                 self._flush()
                 if self.write_paused or self.closing:
+                    self.mid_request = reader.has_data()
                     break
+            if not reader.has_data():  # ended exactly after this request: a boundary
+                self.mid_request = False
+                break
+        if (self.frame_error is not None and not self.busy and not self.closing
+                and not self.write_paused):
+            self._protocol_error(self.frame_error)
+            return
         self._end_batch()
         if self.fed_since_frame > self.query_limit and reader.has_data():
             log.warning("closing client id=%d addr=%s: request larger than "
