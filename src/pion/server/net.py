@@ -157,9 +157,10 @@ class Connection(asyncio.Protocol):
         if self.closing or self.frame_error is not None:
             return
         framer = self.framer
-        if (framer.at_boundary and data[0] == 42 and data[-1] == 10 and not self.busy
+        # (framer.state 0 = at a request boundary; the property costs a call per read)
+        if (not framer.state and data[0] == 42 and data[-1] == 10 and not self.busy
                 and not self.write_paused and (_PRESCAN is None or _PRESCAN(data) is None)
-                and (self.client.authenticated or not self.auth_required)):
+                and (not self.auth_required or self.client.authenticated)):
             # The fast path: hiredis holds nothing, this read starts a request and does not
             # end inside a header line (the framer never has to re-send part of a line).
             self.reader.feed(data)
