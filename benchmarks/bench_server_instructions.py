@@ -5,7 +5,9 @@ CPU time per request (``bench_server_small_ops.py``) swings ±20 % on a shared 2
 and /proc's 10 ms ticks quantize it; instruction counts are the same run after run for the
 same code and input. Each tree's pion-server runs under ``valgrind --tool=callgrind``; for
 each workload the counters are zeroed (``callgrind_control -z``), ``redis-benchmark`` runs,
-and the counters are dumped (``-d``): instructions ÷ requests.
+and the counters are dumped (``-d``): instructions ÷ requests. One client (``-c 1``), so
+every read holds exactly one pipeline and the counts repeat from run to run (with 50
+clients, how requests group into reads and WAL batches varies, and so do the counts).
 
     .venv/bin/python benchmarks/bench_server_instructions.py --base-src /path/to/old/src \\
         [--new-src src] [-n 20000]
@@ -80,7 +82,7 @@ def measure(src: Path, n: int, work: Path) -> dict[tuple[str, int], float]:
             subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True,
                            capture_output=True)
             subprocess.run(["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests),
-                            "-c", "50", "-P", str(pipeline), "-d", "3", "-q"], check=True,
+                            "-c", "1", "-P", str(pipeline), "-d", "3", "-q"], check=True,
                            capture_output=True)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
                            capture_output=True)
@@ -108,7 +110,7 @@ def main() -> int:
     base = measure(args.base_src, args.n, work / "base")
     new = measure(args.new_src, args.n, work / "new")
     shutil.rmtree(work, ignore_errors=True)
-    print(f"callgrind instructions per request (redis-benchmark -c 50 -d 3, -n {args.n} at "
+    print(f"callgrind instructions per request (redis-benchmark -c 1 -d 3, -n {args.n} at "
           f"-P 16, {args.n // 4} at -P 1)\n")
     print("| command | -P | base | new | new ÷ base |")
     print("|---|---|---|---|---|")
