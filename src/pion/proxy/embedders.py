@@ -60,11 +60,34 @@ class EmbedderChoice:
         self.calls[backend] += 1
         return True, vec
 
+    async def embed_many(self, texts: list[str]) -> np.ndarray | None:
+        """(n, dim) vectors of ``texts`` in the L1 vector space, or None when the embedder is
+        down; pion-server embeds with AI.EMBED. Used by the router and the L3/L3b layers."""
+        backend = await self.resolve()
+        if backend is None or backend == "none" or not texts:
+            return None
+        try:
+            if backend == "pion":
+                vecs = await self._cache.embed_vectors(texts)
+            elif backend == "sie":
+                vecs = await self._sie_many(texts)
+            else:
+                vecs = np.stack([await self._ollama(t) for t in texts])
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            return None
+        if vecs is not None:
+            self.calls[backend] += 1
+        return vecs
+
     async def _sie(self, text: str) -> np.ndarray:
+        return (await self._sie_many([text]))[0]
+
+    async def _sie_many(self, texts: list[str]) -> np.ndarray:
         url = f"{str(self._config.sie_url).rstrip('/')}/v1/embeddings"
-        r = await self._http.post(url, json={"model": self._config.sie_model, "input": [text]}, timeout=10.0)
+        r = await self._http.post(url, json={"model": self._config.sie_model, "input": texts}, timeout=10.0)
         r.raise_for_status()
-        return np.asarray(r.json()["data"][0]["embedding"], dtype=np.float32)
+        rows = sorted(r.json()["data"], key=lambda d: d["index"])
+        return np.asarray([d["embedding"] for d in rows], dtype=np.float32)
 
     async def _ollama(self, text: str) -> np.ndarray:
         url = f"{self._config.ollama_url.rstrip('/')}/api/embed"
