@@ -74,10 +74,21 @@ _PARTS = re.compile(r"\?\s+|;\s*|\s+and also\s+|,?\s+and\s+(?=(?:how|what|where|
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
+def _stem(word: str) -> str:
+    """resetting -> reset, passwords -> password: a light stem so inflections embed alike."""
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            word = word[: -len(suffix)]
+            return word[:-1] if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "ls" else word
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 4:
+        return word[:-1]
+    return word
+
+
 def intent_of(question: str) -> str:
-    """The question without its framing: the words that say what is asked."""
+    """The question without its framing: the words that say what is asked, lightly stemmed."""
     words = [w.strip(".'-") for w in _WORD.findall(question.lower().replace("\u2019", "'"))]
-    kept = [w for w in words if w and w not in _FRAMING]
+    kept = [_stem(w) for w in words if w and w not in _FRAMING]
     return " ".join(kept) if kept else question.strip().lower()
 
 
