@@ -82,8 +82,14 @@ def make_app(config: ServeConfig) -> FastAPI:
             return JSONResponse(exc.payload, status_code=exc.status)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> dict[str, Any]:
+        # degraded: the proxy answers, but uncached (embedder or pion-server down)
+        reasons = []
+        if config.cache_active and state["embedder"].last_error:
+            reasons.append(f"embedder {state['embedder'].last_error}")
+        if config.cache_active and not state["cache"].available:
+            reasons.append(f"pion-server {config.pion_host}:{config.pion_port}: {state['cache'].last_error}")
+        return {"status": "degraded", "reasons": reasons} if reasons else {"status": "ok"}
 
     @app.get("/v1/stats")
     async def stats() -> dict[str, Any]:

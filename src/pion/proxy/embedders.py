@@ -3,10 +3,13 @@
 ``pion`` sends only text and lets the server embed (no vector crosses the wire); ``sie``
 and ``ollama`` embed in the proxy and send the vector with VECTOR. ``auto`` cascades
 pion -> sie (only when --sie-url is set) -> ollama; explicit choices never fall through.
-A request whose embedding fails is served without the cache.
+A request whose embedding fails is served without the cache; the failure is logged (once
+per outage) and ``/health`` reports ``degraded`` until an embedding succeeds again.
 """
 
 from __future__ import annotations
+
+import logging
 
 import httpx
 import numpy as np
@@ -24,6 +27,12 @@ class EmbedderChoice:
         self._http = http
         self.backend: str | None = None if config.embed_backend == "auto" else config.embed_backend
         self.calls = {"sie": 0, "ollama": 0, "pion": 0}
+        self.last_error: str | None = None
+
+    def _failed(self, backend: str, exc: Exception) -> None:
+        if self.last_error is None:
+            logging.getLogger("pion.serve").error("embed backend %s failed, serving uncached: %s", backend, exc)
+        self.last_error = f"{backend}: {exc}"
 
     @property
     def space(self) -> str:
@@ -42,7 +51,15 @@ class EmbedderChoice:
         if outcome == "ok":
             self.backend = "pion"
         elif outcome == "refused":
-            self.backend = "sie" if self._config.sie_url else "ollama"
+            # the cascade: sie (only with --sie-url), then ollama; the first that embeds wins
+            for candidate in (["sie"] if self._config.sie_url else []) + ["ollama"]:
+                try:
+                    await (self._sie("warm up") if candidate == "sie" else self._ollama("warm up"))
+                except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+                    self._failed(candidate, exc)
+                    continue
+                self.backend, self.last_error = candidate, None
+                break
         return self.backend
 
     async def vector(self, text: str) -> tuple[bool, np.ndarray | None]:
@@ -55,9 +72,11 @@ class EmbedderChoice:
             return True, None
         try:
             vec = await (self._sie(text) if backend == "sie" else self._ollama(text))
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            self._failed(backend, exc)
             return False, None
         self.calls[backend] += 1
+        self.last_error = None
         return True, vec
 
     async def embed_many(self, texts: list[str]) -> np.ndarray | None:
@@ -73,7 +92,8 @@ class EmbedderChoice:
                 vecs = await self._sie_many(texts)
             else:
                 vecs = np.stack([await self._ollama(t) for t in texts])
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            self._failed(backend, exc)
             return None
         if vecs is not None:
             self.calls[backend] += 1
