@@ -9,11 +9,14 @@ Routers compared on the same held-out test split:
     20 + 20 seed centroids, the code / short / long heuristics); simple -> weak, medium and
     complex -> strong. The margin is swept to trace a curve; margin 0.05 is the default.
   * **random**: a random fraction x to strong, expected accuracy weak + x (strong - weak).
-  * **logreg**: the best router built here: logistic regression on the MiniLM embedding
-    (for MMLU plus the subject's one-hot, which is known at query time in the sense that
-    the prompt's topic is in its text; reported both with and without it) predicting
-    "strong right and weak wrong" (the only case where the strong call pays). Its C is
-    chosen by 5-fold cross-validation on the *train* split only; the threshold is swept.
+  * **learned**: the best router built here: logistic regression on features of the query
+    (the MiniLM embedding, plus cheap text statistics: length, count of numbers, sentences)
+    scoring how likely the strong call pays. Candidates (feature set x target: "weak wrong"
+    or "strong right and weak wrong") and the regularisation C are picked by 5-fold
+    cross-validation on the *train* split only (criterion: mean accuracy over 10-60 %
+    strong calls of the out-of-fold scores); the winner is refit on train and its score
+    threshold swept on test. For MMLU a variant that also sees the subject label is
+    reported separately (a deployment may know the topic; the prompt alone does not say).
 
 The split is fixed before anything is fitted: a seeded permutation, 60 % train / 40 % test
 (``SPLIT_SEED``), never changed after seeing results. Test rows are never used to fit or
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,14 +87,45 @@ def centroid_points(prompts: list[str], vecs: np.ndarray, seeds: np.ndarray, s: 
     return out
 
 
-def fit_logreg(train: Split):  # type: ignore[no-untyped-def]
-    from sklearn.linear_model import LogisticRegressionCV
+TARGETS = {"weak_wrong": lambda s: ~s.weak, "only_strong_right": lambda s: s.strong & ~s.weak}
+CS = (0.01, 0.1, 1.0)
 
-    y = train.strong & ~train.weak
-    model = LogisticRegressionCV(Cs=[0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0], cv=5, scoring="roc_auc",
-                                 max_iter=2000, random_state=SPLIT_SEED)
-    model.fit(train.x, y)
-    return model
+
+def text_stats(prompts: list[str]) -> np.ndarray:
+    """Cheap difficulty signals: log length, count of numbers, sentences, question marks."""
+    rows = [[np.log1p(len(p)), np.log1p(len(re.findall(r"\d+(?:\.\d+)?", p))),
+             np.log1p(len(re.findall(r"[.!?](?:\s|$)", p))), float(p.count("?"))] for p in prompts]
+    x = np.asarray(rows, np.float32)
+    return (x - x.mean(axis=0)) / (x.std(axis=0) + 1e-6)
+
+
+def mean_acc(scores: np.ndarray, s: Split) -> float:
+    curve = curve_from_scores(scores, s)
+    return float(np.mean([at_share(curve, sh) for sh in np.arange(0.10, 0.601, 0.05)]))
+
+
+def pick_and_fit(train: Split, feats: dict[str, np.ndarray]):  # type: ignore[no-untyped-def]
+    """5-fold CV on the train split over feature sets x targets x C; refit the best on train."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    best = None
+    for fname, x_all in feats.items():
+        x = x_all[train.idx]
+        for tname, target in TARGETS.items():
+            y = target(train)
+            for c in CS:
+                oof = np.zeros(len(y))
+                for fit_i, val_i in StratifiedKFold(5, shuffle=True, random_state=SPLIT_SEED).split(x, y):
+                    m = LogisticRegression(C=c, max_iter=2000).fit(x[fit_i], y[fit_i])
+                    oof[val_i] = m.predict_proba(x[val_i])[:, 1]
+                score = mean_acc(oof, train)
+                if best is None or score > best[0]:
+                    best = (score, fname, tname, c)
+    assert best is not None
+    score, fname, tname, c = best
+    model = LogisticRegression(C=c, max_iter=2000).fit(feats[fname][train.idx], TARGETS[tname](train))
+    return model, fname, tname, c, score
 
 
 def split_rows(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -105,13 +141,15 @@ def evaluate(name: str, emb_dir: Path, seeds: np.ndarray) -> dict:
     strong = np.array([r["strong_correct"] for r in rows])
     weak = np.array([r["weak_correct"] for r in rows])
     tr, te = split_rows(len(rows))
-    feats = {"embedding": vecs}
+    stats = text_stats(prompts)
+    feats = {"embedding": vecs, "embedding+text-stats": np.hstack([vecs, stats])}
+    variants = {"prompt only": feats}
     if name == "mmlu":
         subjects = sorted({r["subject"] for r in rows})
         onehot = np.zeros((len(rows), len(subjects)), np.float32)
         for i, r in enumerate(rows):
             onehot[i, subjects.index(r["subject"])] = 1.0
-        feats["embedding+subject"] = np.hstack([vecs, onehot])
+        variants["with subject label"] = {"embedding+text-stats+subject": np.hstack([vecs, stats, onehot])}
     test = Split(strong[te], weak[te], vecs[te], te)
     result: dict = {"set": name, "rows": len(rows), "train": len(tr), "test": len(te),
                     "strong_only": float(test.strong.mean()), "weak_only": float(test.weak.mean()),
@@ -119,11 +157,12 @@ def evaluate(name: str, emb_dir: Path, seeds: np.ndarray) -> dict:
                     "oracle_share": float((test.strong & ~test.weak).mean())}
     result["centroid"] = centroid_points(prompts, vecs, seeds, test)
     result["logreg"] = {}
-    for fname, x in feats.items():
-        model = fit_logreg(Split(strong[tr], weak[tr], x[tr], tr))
-        scores = model.predict_proba(x[te])[:, 1]
-        result["logreg"][fname] = {"C": float(model.C_[0]), "curve": curve_from_scores(scores, Split(
-            strong[te], weak[te], x[te], te))}
+    train = Split(strong[tr], weak[tr], vecs[tr], tr)
+    for variant, vfeats in variants.items():
+        model, fname, tname, c, cv = pick_and_fit(train, vfeats)
+        scores = model.predict_proba(vfeats[fname][te])[:, 1]
+        result["logreg"][variant] = {"C": c, "features": fname, "target": tname, "cv_mean_acc": cv,
+                                     "curve": curve_from_scores(scores, test)}
     return result
 
 
@@ -135,8 +174,9 @@ def table(results: list[dict]) -> str:
         cen_curve = sorted((p[1], p[2]) for p in r["centroid"])
         rows = [("random (expected)", rand),
                 ("centroid --route (margin sweep)", [at_share([(0.0, r["weak_only"])] + cen_curve, s) for s in SHARES])]
-        for fname, lr in r["logreg"].items():
-            rows.append((f"logreg on {fname} (C={lr['C']:g})", [at_share(lr["curve"], s) for s in SHARES]))
+        for variant, lr in r["logreg"].items():
+            rows.append((f"learned, {variant} ({lr['features']}, target {lr['target']}, C={lr['C']:g})",
+                         [at_share(lr["curve"], s) for s in SHARES]))
         for label, accs in rows:
             lines.append(f"| {r['set']} ({r['test']}) | {label} | " + " | ".join(f"{a * 100:.1f}%" for a in accs)
                          + f" | {r['strong_only'] * 100:.1f}% | {r['weak_only'] * 100:.1f}% | "
@@ -161,7 +201,7 @@ def target_line(results: list[dict]) -> str:
         for fname, lr in r["logreg"].items():
             ok = [p for p in lr["curve"] if p[1] >= goal]
             first = min(ok, key=lambda p: p[0]) if ok else None
-            out.append(f"{r['set']} logreg[{fname}]: 95% of strong-only = {goal * 100:.1f}% reached at "
+            out.append(f"{r['set']} learned[{fname}]: 95% of strong-only = {goal * 100:.1f}% reached at "
                        + (f"{first[0] * 100:.1f}% strong calls" if first else "no share"))
     return "\n".join(out)
 
@@ -180,7 +220,7 @@ def plot(results: list[dict], png: Path) -> None:
         ax.plot([c[0] * 100 for c in cen], [c[1] * 100 for c in cen], "o-", ms=3, label="centroid --route (margin sweep)")
         for fname, lr in r["logreg"].items():
             c = lr["curve"]
-            ax.plot([p[0] * 100 for p in c], [p[1] * 100 for p in c], label=f"logreg ({fname})")
+            ax.plot([p[0] * 100 for p in c], [p[1] * 100 for p in c], label=f"learned ({fname})")
         ax.axhline(r["strong_only"] * 100, color="grey", lw=0.8)
         ax.axhline(0.95 * r["strong_only"] * 100, color="grey", lw=0.8, ls=":", label="95% of strong-only")
         ax.plot([r["oracle_share"] * 100], [r["oracle"] * 100], "r*", ms=10, label="oracle")
@@ -199,11 +239,13 @@ def main() -> None:
     p.add_argument("--emb-dir", type=Path, default=DEFAULT_OUT)
     p.add_argument("--png", type=Path, default=Path("docs/img/router_eval.png"))
     p.add_argument("--json", type=Path, default=None, help="write the raw curves here")
+    p.add_argument("--sets", nargs="*", default=["gsm8k", "mmlu"])
     args = p.parse_args()
+    warnings.filterwarnings("ignore", category=FutureWarning)
     from pion.server.semantic.embedder import MiniLMEmbedder
 
     seeds = MiniLMEmbedder().encode(list(SIMPLE_SEEDS + COMPLEX_SEEDS))
-    results = [evaluate(name, args.emb_dir, seeds) for name in ("gsm8k", "mmlu")]
+    results = [evaluate(name, args.emb_dir, seeds) for name in args.sets]
     print(table(results))
     print()
     print(default_margin_line(results))
