@@ -47,13 +47,14 @@ def families_of(answer: str, family_of: dict[str, str]) -> set[str]:
     return out
 
 
-def run_one(rows: list[dict[str, Any]], family_of: dict[str, str], distill: bool, work: Path) -> dict[str, Any]:
+def run_one(rows: list[dict[str, Any]], family_of: dict[str, str], distill: bool, work: Path,
+            extra: tuple[str, ...] = ()) -> dict[str, Any]:
     server = start_server(work / f"pion-{distill}")
     backend = FakeBackend("openai").start()
     proxy = start_proxy(work, "--backend", "vllm", "--backend-url", backend.url, *pion_args(server),
-                        *(["--distill"] if distill else []))
+                        *(["--distill", *extra] if distill else []))
     try:
-        wait_for_embedder(proxy)
+        wait_for_embedder(proxy, timeout_s=600)
         results = list(replay(rows, proxy.url, "fake-model", system="distill eval"))
         stats = proxy.stats()
     finally:
@@ -94,6 +95,8 @@ def main() -> None:
     p.add_argument("--split", choices=("dev", "test"), default="test")
     p.add_argument("--sets", nargs="*", default=list(SETS))
     p.add_argument("--json", type=Path)
+    p.add_argument("--distill-args", default="", help="extra pion-serve flags for the distill-on runs")
+    p.add_argument("--only-on", action="store_true", help="skip the distill-off runs (dev exploration)")
     args = p.parse_args()
     report: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="distill-eval-") as tmp:
@@ -101,9 +104,10 @@ def main() -> None:
             all_rows = load_dataset(DATA / f"{name}.jsonl")
             family_of = {r["question"]: r["family"] for r in all_rows}
             rows = [r for r in all_rows if r["split"] == args.split]
-            for distill in (False, True):
+            for distill in ((True,) if args.only_on else (False, True)):
                 key = f"{name.removeprefix('distill_')} ({args.split}, {len(rows)}) | {'on' if distill else 'off'}"
-                report[key] = run_one(rows, family_of, distill, Path(tmp) / f"{name}-{distill}")
+                report[key] = run_one(rows, family_of, distill, Path(tmp) / f"{name}-{distill}",
+                                      tuple(args.distill_args.split()))
                 print(key, json.dumps({k: v for k, v in report[key].items() if k != "examples"}), flush=True)
                 for ex in report[key]["examples"]:
                     print("   wrong:", ex, flush=True)

@@ -247,3 +247,34 @@ def test_without_an_embedder_every_query_goes_to_medium(shared_pion_server: Serv
         assert (doc["unclassified"], doc["classified_total"]) == (1, 0)
     finally:
         p.stop()
+
+
+@pytest.mark.slow
+def test_route_sends_simple_questions_to_pion_llm_and_code_to_the_strong_tier(
+        shared_pion_server: ServerProcess, strong: FakeBackend, tmp_path: Path) -> None:
+    from support.llm_procs import MODEL, start_llm
+
+    llm = start_llm(tmp_path / "llm", "--no-pion")
+    try:
+        config = tmp_path / "routing.json"
+        config.write_text(json.dumps({
+            "simple": {"backend": "pion", "model": MODEL, "base_url": llm.url, "cost_per_mtok": 0.0},
+            "medium": {"backend": "pion", "model": MODEL, "base_url": llm.url, "cost_per_mtok": 0.0},
+            "complex": {"backend": "vllm", "model": "big-model", "base_url": strong.url, "cost_per_mtok": 10.0}}))
+        p = start_proxy(tmp_path, "--route", "--route-config", str(config), *pion_args(shared_pion_server))
+        try:
+            wait_for_embedder(p)
+            completion = p.openai().chat.completions.create(
+                model="any", max_tokens=8, messages=[{"role": "user", "content": "What is the capital of Italy?"}])
+            x = completion.model_extra["x_pion"]
+            assert (completion.model, x["route"]["tier"], x["route"]["backend"]) == (MODEL, "simple", "pion")
+            assert completion.usage is not None and completion.usage.total_tokens > 0
+            model, x = _ask(p, "SELECT name FROM users WHERE id = 3 -- why is this slow?", "route-llm")
+            assert (model, x["route"]["tier"]) == ("big-model", "complex")
+            doc = p.stats()["intent_router"]
+            assert doc["tokens"]["simple"] == completion.usage.total_tokens
+            assert doc["estimated_cost_usd"] == round(12 * 10.0 / 1e6, 6)
+        finally:
+            p.stop()
+    finally:
+        llm.stop()
