@@ -156,3 +156,15 @@ def test_pinned_thresholds_come_from_the_flags(shared_pion_server: ServerProcess
         assert (c["direct_threshold"], c["composite_threshold"], c["threshold_source"]) == (0.99, 0.95, "flag")
     finally:
         p.stop()
+
+
+def test_distill_flags_and_environment_build_the_config() -> None:
+    from pion.common.errors import ConfigError
+    from pion.proxy.config import load_config
+
+    config = load_config(["--distill", "--l3-direct-threshold", "0.9", "--l3-composite-threshold", "0.8"], env={})
+    assert (config.distill, config.l3_direct_threshold, config.l3_composite_threshold) == (True, 0.9, 0.8)
+    assert load_config([], env={"PION_SERVE_DISTILL": "yes"}).distill is True
+    with pytest.raises(ConfigError) as err:
+        load_config(["--l3-direct-threshold", "1.5"], env={})
+    assert str(err.value) == "l3_direct_threshold: 1.5 is not between -1 and 1"

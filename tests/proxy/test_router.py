@@ -278,3 +278,15 @@ def test_route_sends_simple_questions_to_pion_llm_and_code_to_the_strong_tier(
             p.stop()
     finally:
         llm.stop()
+
+
+def test_route_flags_and_environment_build_the_config() -> None:
+    from pion.proxy.config import load_config
+
+    config = load_config(["--route", "--route-config", "r.json", "--route-margin", "0.1"], env={})
+    assert (config.route, config.route_config, config.route_margin) == (True, "r.json", 0.1)
+    env = load_config([], env={"PION_SERVE_ROUTE": "1", "PION_SERVE_ROUTE_MARGIN": "0.2"})
+    assert (env.route, env.route_margin) == (True, 0.2)
+    with pytest.raises(ConfigError) as err:
+        load_config(["--route-margin", "-0.1"], env={})
+    assert str(err.value) == "route_margin: -0.1 is not in [0, 2)"
