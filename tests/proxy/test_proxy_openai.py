@@ -211,7 +211,8 @@ SPEC_STATS_KEYS = ["total_requests", "l1_cache_hits", "l3_synthesis", "l3_direct
                    "l3_concepts", "l3_fragments", "intent_router", "mlx_gpu", "v_store"]
 
 
-def test_stats_document_is_exactly_the_spec_schema_with_later_layers_zero_or_null(proxy: ProxyProcess) -> None:
+def test_stats_document_is_exactly_the_spec_schema_with_later_layers_zero_or_null(
+        proxy: ProxyProcess, shared_pion_server: ServerProcess) -> None:
     ask(proxy, "Is the stats schema exact?", "schema")
     stats = proxy.stats()
     assert list(stats) == SPEC_STATS_KEYS
@@ -222,10 +223,16 @@ def test_stats_document_is_exactly_the_spec_schema_with_later_layers_zero_or_nul
     assert [type(stats[k]) for k in rates] == [float] * len(rates)
     later = {k: stats[k] for k in ["l3_synthesis", "l3_direct", "l3_composite", "l3_synthesis_rate", "rag_injections",
                                    "distill_enabled", "rag_index", "l3_concepts", "l3_fragments", "intent_router",
-                                   "mlx_gpu", "v_store"]}
+                                   "mlx_gpu"]}
     assert later == {"l3_synthesis": 0, "l3_direct": 0, "l3_composite": 0, "l3_synthesis_rate": 0.0,
                      "rag_injections": 0, "distill_enabled": False, "rag_index": None, "l3_concepts": None,
-                     "l3_fragments": None, "intent_router": None, "mlx_gpu": None, "v_store": None}
+                     "l3_fragments": None, "intent_router": None, "mlx_gpu": None}
+    # v_store: the connected pion-server and its PION.STATS receipt (the fields redis-py sees)
+    server_fields = shared_pion_server.client(protocol=3).execute_command("PION.STATS")
+    v_store = stats["v_store"]
+    assert (v_store["host"], v_store["port"], v_store["connected"], v_store["error"]) == (
+        "127.0.0.1", shared_pion_server.port, True, None)
+    assert sorted(v_store["pion_stats"]) == sorted(k.decode() if isinstance(k, bytes) else k for k in server_fields)
     assert (stats["backend"], stats["model"], stats["cache_enabled"]) == ("vllm", None, True)
     assert stats["embedder"] == {"backend": "pion", "sie_url": None, "sie_model": "BAAI/bge-small-en-v1.5",
                                  "calls": {"sie": 0, "ollama": 0, "pion": stats["embedder"]["calls"]["pion"]}}

@@ -21,14 +21,19 @@ from pion.proxy.backends import make_backend
 from pion.proxy.backends.base import BackendHTTPError, BackendUnavailable, openai_error
 from pion.proxy.cache_client import SemanticCacheClient
 from pion.proxy.completions import ChatCompletions
-from pion.proxy.config import ServeConfig
+from pion.proxy.config import BACKENDS, ServeConfig
+from pion.proxy.distill import Distiller
 from pion.proxy.embedders import EmbedderChoice
 from pion.proxy.metrics import ServeStats
+from pion.proxy.router import load_routing, make_router
+from pion.proxy.stats_extra import layer_stats
 
 
 def make_app(config: ServeConfig) -> FastAPI:
     """The ASGI app for ``config``; resources live for the app's lifespan."""
     state: dict[str, Any] = {}
+    # Read --route-config now so a bad file stops the start with a ConfigError.
+    routing = load_routing(config.route_config, BACKENDS) if config.route else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -39,8 +44,14 @@ def make_app(config: ServeConfig) -> FastAPI:
         embedder = EmbedderChoice(config, cache, http)
         stats = ServeStats()
         backend = make_backend(config.backend, config.effective_backend_url, http)
+        router = make_router(routing, config.route_margin, embedder.embed_many, http) if routing else None
+        distill = (Distiller(config.pion_host, config.pion_port, config.pion_password, config.cache_name,
+                             embedder.embed_many, ttl_s=config.cache_ttl_s, direct=config.l3_direct_threshold,
+                             composite=config.l3_composite_threshold, retry_s=config.pion_retry_s)
+                   if config.distill and config.cache_active else None)
         state.update(http=http, cache=cache, embedder=embedder, stats=stats, backend=backend,
-                     chat=ChatCompletions(config, backend, cache, embedder, stats))
+                     router=router, distill=distill,
+                     chat=ChatCompletions(config, backend, cache, embedder, stats, router=router, distill=distill))
         warm = asyncio.create_task(embedder.resolve()) if config.cache_active else None
         try:
             yield
@@ -50,6 +61,8 @@ def make_app(config: ServeConfig) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await warm
             await cache.close()
+            if distill is not None:
+                await distill.close()
             await http.aclose()
 
     app = FastAPI(title="pion-serve", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -69,15 +82,23 @@ def make_app(config: ServeConfig) -> FastAPI:
             return JSONResponse(exc.payload, status_code=exc.status)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> dict[str, Any]:
+        # degraded: the proxy answers, but uncached (embedder or pion-server down)
+        reasons = []
+        if config.cache_active and state["embedder"].last_error:
+            reasons.append(f"embedder {state['embedder'].last_error}")
+        if config.cache_active and not state["cache"].available:
+            reasons.append(f"pion-server {config.pion_host}:{config.pion_port}: {state['cache'].last_error}")
+        return {"status": "degraded", "reasons": reasons} if reasons else {"status": "ok"}
 
     @app.get("/v1/stats")
     async def stats() -> dict[str, Any]:
         cache: SemanticCacheClient = state["cache"]
         enabled = config.cache_active and await cache.ready()
         return state["stats"].schema(backend=config.backend, model=config.model,
-                                     cache_enabled=enabled, embedder=state["embedder"].stats())
+                                     cache_enabled=enabled, embedder=state["embedder"].stats(),
+                                     extra=await layer_stats(config, state["cache"], state["router"],
+                                                             state["distill"]))
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -118,6 +118,35 @@ class SemanticCacheClient:
             return "refused"
         return "ok"
 
+    async def embed_vectors(self, texts: list[str]) -> np.ndarray | None:
+        """AI.EMBED ``texts`` -> (n, dim) float32 rows, or None when the server cannot embed."""
+        try:
+            blobs = await self._call("AI.EMBED", *texts)
+            return np.stack([np.frombuffer(b, dtype="<f4").astype(np.float32) for b in blobs])
+        except (RedisError, ValueError, TypeError) as exc:
+            self.last_error = str(exc)
+            return None
+
+    async def server_stats(self) -> dict[str, Any] | None:
+        """PION.STATS of the connected pion-server as a dict (None when it is down)."""
+        try:
+            reply = await self._call("PION.STATS")
+        except RedisError as exc:
+            self.last_error = str(exc)
+            return None
+        items = list(reply.items()) if isinstance(reply, dict) else list(zip(reply[::2], reply[1::2]))
+        out: dict[str, Any] = {}
+        for k, v in items:
+            key = k.decode() if isinstance(k, bytes) else str(k)
+            if isinstance(v, bytes):
+                v = v.decode(errors="replace")
+                try:
+                    v = float(v) if any(c in v for c in ".eE") else int(v)
+                except ValueError:
+                    pass
+            out[key] = v
+        return out
+
     async def get(self, scope: ScopeKey, text: str, threshold: float,
                   vector: np.ndarray | None = None) -> CacheHit | None:
         return (await self.lookup(scope, text, threshold, vector, want_vector=False)).hit

@@ -4,8 +4,10 @@ Order of events for one request:
   1. validate the body (400 on anything malformed), resolve the model;
   2. cache policy (Cache-Control, body "cache", n > 1, last message must be user text);
   3. L1 lookup in the request's scope; a hit must pass the guard (``guard.py``);
-  4. on a miss the backend answers; a completion finished by "stop" without tool calls
-     is stored before the reply goes out (streams: after the last chunk).
+  4. with --distill, an L1 miss tries the L3 concept and L3b fragment stores (``distill.py``);
+  5. on a miss the backend answers (with --route, the tier's backend and model: ``router.py``);
+     a completion finished by "stop" without tool calls is stored before the reply goes
+     out (streams: after the last chunk).
 Every reply carries ``x_pion`` and ``X-Pion-Cache: HIT | MISS | BYPASS``.
 """
 
@@ -24,8 +26,10 @@ from pion.proxy.backends.base import (Backend, BackendHTTPError, BackendUnavaila
                                       make_chunk, make_completion, openai_error)
 from pion.proxy.cache_client import CacheHit, SemanticCacheClient
 from pion.proxy.config import ServeConfig
+from pion.proxy.distill import Distiller, DistillHit
 from pion.proxy.embedders import EmbedderChoice
 from pion.proxy.metrics import ServeStats
+from pion.proxy.router import IntentRouter, RouteDecision
 from pion.proxy.scope import CachePolicy, ScopeKey, cache_policy, last_user_text, scope_of, storable
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -69,22 +73,28 @@ class Lookup:
     ran: bool = False
     hit: CacheHit | None = None
     similarity: float | None = None
+    distilled: DistillHit | None = None
+    backend: Backend | None = None
+    route: RouteDecision | None = None
 
     @property
     def header(self) -> str:
-        return "HIT" if self.hit else ("MISS" if self.ran else "BYPASS")
+        return "HIT" if self.hit or self.distilled else ("MISS" if self.ran else "BYPASS")
 
 
 class ChatCompletions:
     """The chat-completions pipeline, shared by all requests of one app."""
 
     def __init__(self, config: ServeConfig, backend: Backend, cache: SemanticCacheClient,
-                 embedder: EmbedderChoice, stats: ServeStats) -> None:
+                 embedder: EmbedderChoice, stats: ServeStats, *, router: IntentRouter | None = None,
+                 distill: Distiller | None = None) -> None:
         self.config = config
         self.backend = backend
         self.cache = cache
         self.embedder = embedder
         self.stats = stats
+        self.router = router
+        self.distill = distill
 
     async def handle(self, raw: bytes, headers: Mapping[str, str]) -> Response:
         t0 = time.perf_counter()
@@ -101,6 +111,12 @@ class ChatCompletions:
         look = await self._lookup(body, policy, model)
         if look.hit is not None:
             return self._serve_hit(look.hit, look, model, bool(body.get("stream")), t0)
+        if self.distill is not None and look.ran and look.scope is not None:
+            look.distilled = await self.distill.lookup(look.scope, look.text, look.vector)
+            if (d := look.distilled) is not None:
+                return self._serve_text(d.content, d.model or model, d.source, look, bool(body.get("stream")), t0)
+        if self.router is not None:
+            body = await self._route(self.router, body, look)
         try:
             if body.get("stream"):
                 return await self._stream_miss(body, headers, look, t0)
@@ -152,20 +168,39 @@ class ChatCompletions:
             self.stats.m_misses.inc()
         return look
 
+    @staticmethod
+    async def _route(router: IntentRouter, body: dict[str, Any], look: Lookup) -> dict[str, Any]:
+        """Pick the tier for a real backend call: its backend, and its model in the body."""
+        text = look.text or last_user_text(body) or ""
+        look.route = await router.classify(text, look.vector)
+        look.backend = router.backends[look.route.tier]
+        return body | {"model": router.routing[look.route.tier].model}
+
+    def _account(self, look: Lookup, usage: Any, chars: int) -> None:
+        if self.router is not None and look.route is not None:
+            self.router.account(look.route.tier, usage, chars)
+
     def _x_pion(self, source: str, t0: float, look: Lookup) -> dict[str, Any]:
         x: dict[str, Any] = {"source": source, "latency_ms": _ms(t0)}
         if look.similarity is not None:
             x["similarity"] = round(look.similarity, 4)
+        if look.distilled is not None:
+            x["l3_similarity"] = round(look.distilled.similarity, 4)
+        if look.route is not None and self.router is not None:
+            x["route"] = self.router.x_pion(look.route)
         return x
 
     def _serve_hit(self, hit: CacheHit, look: Lookup, model: str, stream: bool, t0: float) -> Response:
-        content = str(hit.response.get("content", ""))
-        served_model = str(hit.response.get("model") or model)
+        return self._serve_text(str(hit.response.get("content", "")), str(hit.response.get("model") or model),
+                                "l1_cache", look, stream, t0)
+
+    def _serve_text(self, content: str, served_model: str, source: str, look: Lookup, stream: bool,
+                    t0: float) -> Response:
         headers = {"x-pion-cache": "HIT"}
         if not stream:
             completion = make_completion(served_model, content, "stop")
-            completion["x_pion"] = self._x_pion("l1_cache", t0, look)
-            self.stats.record("l1_cache", _ms(t0))
+            completion["x_pion"] = self._x_pion(source, t0, look)
+            self.stats.record(source, _ms(t0))
             return JSONResponse(completion, headers=headers)
         cid, created = completion_id(), int(time.time())
 
@@ -173,8 +208,8 @@ class ChatCompletions:
             yield sse(make_chunk(cid, served_model, {"role": "assistant", "content": ""}, created=created))
             yield sse(make_chunk(cid, served_model, {"content": content}, created=created))
             last = make_chunk(cid, served_model, {}, "stop", created=created)
-            last["x_pion"] = self._x_pion("l1_cache", t0, look)
-            self.stats.record("l1_cache", _ms(t0))
+            last["x_pion"] = self._x_pion(source, t0, look)
+            self.stats.record(source, _ms(t0))
             yield sse(last)
             yield b"data: [DONE]\n\n"
 
@@ -185,12 +220,16 @@ class ChatCompletions:
             await self.cache.set(look.scope, look.text, {"content": content, "model": model},
                                  {"q": look.text, "created": int(time.time())},
                                  self.config.cache_ttl_s, look.vector)
+            if self.distill is not None:
+                await self.distill.ingest(look.scope, look.text, content, model)
 
     async def _complete_miss(self, body: dict[str, Any], headers: Mapping[str, str], look: Lookup,
                              t0: float) -> Response:
         tb = time.perf_counter()
-        completion = await self.backend.complete(body, headers)
-        self.stats.m_backend.labels(backend=self.backend.name).observe(time.perf_counter() - tb)
+        backend = look.backend or self.backend
+        completion = await backend.complete(body, headers)
+        self.stats.m_backend.labels(backend=backend.name).observe(time.perf_counter() - tb)
+        self._account(look, completion.get("usage"), 0)
         if (content := storable(completion)) is not None:
             await self._store(look, content, str(completion.get("model") or body["model"]))
         completion["x_pion"] = self._x_pion("full_inference", t0, look)
@@ -200,7 +239,8 @@ class ChatCompletions:
     async def _stream_miss(self, body: dict[str, Any], headers: Mapping[str, str], look: Lookup,
                            t0: float) -> Response:
         tb = time.perf_counter()
-        upstream = self.backend.stream(body, headers)
+        backend = look.backend or self.backend
+        upstream = backend.stream(body, headers)
         try:
             first = await upstream.__anext__()
         except StopAsyncIteration:
@@ -211,10 +251,12 @@ class ChatCompletions:
             parts: list[str] = []
             finish: str | None = None
             tool_calls = False
+            usage: Any = None
             model = str(first.get("model") or body["model"])
             try:
                 chunk: dict[str, Any] | None = first
                 while chunk is not None:
+                    usage = chunk.get("usage") or usage
                     for choice in chunk.get("choices") or []:
                         delta = choice.get("delta") or {}
                         if isinstance(delta.get("content"), str):
@@ -232,8 +274,9 @@ class ChatCompletions:
                 return
             finally:
                 await upstream.aclose()
-            self.stats.m_backend.labels(backend=self.backend.name).observe(time.perf_counter() - tb)
+            self.stats.m_backend.labels(backend=backend.name).observe(time.perf_counter() - tb)
             text = "".join(parts)
+            self._account(look, usage, len(text) + len(look.text or last_user_text(body) or ""))
             if finish == "stop" and not tool_calls and text:
                 await self._store(look, text, model)
             self.stats.record("full_inference", _ms(t0))

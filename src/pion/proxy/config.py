@@ -42,6 +42,13 @@ class ServeConfig:
     ollama_embed_model: str = "nomic-embed-text"
     backend_timeout_s: float = 300.0
     pion_retry_s: float = 1.0
+    # issue 17: intent routing and the L3 / L3b layers (router.py, distill.py)
+    route: bool = False
+    route_config: str | None = None
+    route_margin: float = 0.05
+    distill: bool = False
+    l3_direct_threshold: float | None = None
+    l3_composite_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -58,6 +65,12 @@ class ServeConfig:
             raise ConfigError("embed_backend: 'sie' needs --sie-url")
         if self.cache_ttl_s is not None and self.cache_ttl_s <= 0:
             raise ConfigError(f"cache_ttl_s: {self.cache_ttl_s} must be positive")
+        if not 0.0 <= self.route_margin < 2.0:
+            raise ConfigError(f"route_margin: {self.route_margin} is not in [0, 2)")
+        for key in ("l3_direct_threshold", "l3_composite_threshold"):
+            value = getattr(self, key)
+            if value is not None and not -1.0 <= value <= 1.0:
+                raise ConfigError(f"{key}: {value} is not between -1 and 1")
 
     @property
     def effective_backend_url(self) -> str | None:
@@ -92,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embed-backend", choices=EMBED_BACKENDS, help="auto | pion | sie | ollama | none")
     p.add_argument("--sie-url", help="superlinked/sie base URL for embeddings")
     p.add_argument("--sie-model", help="model sent to SIE /v1/embeddings")
+    p.add_argument("--route", action="store_true", default=None, help="intent routing: simple/medium/complex tiers")
+    p.add_argument("--route-config", help="JSON file of tiers {backend, model, [base_url], [cost_per_mtok]}")
+    p.add_argument("--route-margin", type=float, help="centroid cosine margin for simple/complex (default 0.05)")
+    p.add_argument("--distill", action="store_true", default=None, help="L3 concept + L3b fragment layers")
+    p.add_argument("--l3-direct-threshold", type=float, help="L3 direct threshold (default: auto-calibrated)")
+    p.add_argument("--l3-composite-threshold", type=float, help="L3 composite threshold (default: auto-calibrated)")
     return p
 
 

@@ -15,13 +15,14 @@ from pion.proxy.config import load_config
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(argv)
+        app = make_app(config)
     except ConfigError as exc:
         print(f"pion-serve: {exc}", file=sys.stderr)
         return 2
     cache = "off" if not config.cache_active else f"L1 in pion-server {config.pion_host}:{config.pion_port}"
     print(f"pion-serve: backend {config.backend} ({config.effective_backend_url or 'default URL'}), cache {cache}, "
           f"listening on http://{config.host}:{config.port}", flush=True)
-    uvicorn.run(make_app(config), host=config.host, port=config.port, log_level="warning",
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning",
                 access_log=False)
     return 0
 

@@ -19,6 +19,9 @@ class ServeStats:
 
     total_requests: int = 0
     l1_cache_hits: int = 0
+    l3_direct: int = 0
+    l3_composite: int = 0
+    l3b_fragment: int = 0
     full_inference: int = 0
     errors: int = 0
     guard_rejections: int = 0
@@ -46,12 +49,16 @@ class ServeStats:
                                       buckets=SIMILARITY_BUCKETS, registry=r)
 
     def record(self, source: str, latency_ms: float) -> None:
-        """One finished request: source is l1_cache | full_inference | error."""
+        """One finished request: source is l1_cache | l3_direct | l3_composite | l3b_fragment
+        | full_inference | error."""
         self.total_requests += 1
         self.latency_ms_sum += latency_ms
         if source == "l1_cache":
             self.l1_cache_hits += 1
             self.m_hits.labels(layer="l1").inc()
+        elif source in ("l3_direct", "l3_composite", "l3b_fragment"):
+            setattr(self, source, getattr(self, source) + 1)
+            self.m_hits.labels(layer=source).inc()
         elif source == "full_inference":
             self.full_inference += 1
         else:
@@ -62,19 +69,25 @@ class ServeStats:
         return generate_latest(self.registry)
 
     def schema(self, *, backend: str, model: str | None, cache_enabled: bool,
-               embedder: dict[str, Any]) -> dict[str, Any]:
-        """The /v1/stats document; layers that do not exist yet report 0 / null."""
+               embedder: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The /v1/stats document; ``extra`` fills the keys of optional layers
+        (distill_enabled, l3_concepts, l3_fragments, intent_router, rag_*, mlx_gpu, v_store).
+
+        l3_synthesis = l3_direct + l3_composite + L3b fragment hits (l3_fragments.hits): every
+        answer the distill layers served instead of the backend.
+        """
         total = self.total_requests
         rate = (lambda n: round(n / total, 4) if total else 0.0)
-        return {
+        l3 = self.l3_direct + self.l3_composite + self.l3b_fragment
+        doc = {
             "total_requests": total,
             "l1_cache_hits": self.l1_cache_hits,
-            "l3_synthesis": 0, "l3_direct": 0, "l3_composite": 0,
+            "l3_synthesis": l3, "l3_direct": self.l3_direct, "l3_composite": self.l3_composite,
             "full_inference": self.full_inference,
             "l1_hit_rate": rate(self.l1_cache_hits),
-            "l3_synthesis_rate": 0.0,
+            "l3_synthesis_rate": rate(l3),
             "full_inference_rate": rate(self.full_inference),
-            "cost_savings_pct": round(rate(self.l1_cache_hits) * 100, 2),
+            "cost_savings_pct": round((rate(self.l1_cache_hits) + rate(l3)) * 100, 2),
             "rag_injections": 0,
             "avg_latency_ms": round(self.latency_ms_sum / total, 3) if total else 0.0,
             "backend": backend,
@@ -89,3 +102,4 @@ class ServeStats:
             "mlx_gpu": None,
             "v_store": None,
         }
+        return doc | (extra or {})

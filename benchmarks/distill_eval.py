@@ -1,0 +1,120 @@
+"""--distill on vs off: what L1 / L3 direct / L3 composite / L3b catch, and how often they are wrong.
+
+Replays (written by ``make_distill_replays.py`` before any tuning, dev/test split by intent):
+``benchmarks/data/distill_faq.jsonl`` (paraphrase families, traps, two-part questions) and
+``benchmarks/data/distill_diverse.jsonl`` (every question its own subject).
+
+For each replay, split and mode (off / on) a fresh pion-server, the OpenAI-compatible test
+server from ``tests/support`` (its answers name the question they answer: "Answer 3 from
+openai to: <question>") and pion-serve are started, and the split is replayed in file order
+with ``pion serve-tools replay``'s code. A served answer is **right** when the families of the
+questions it answers equal the query's family (a two-part query needs both), else **wrong**.
+
+    PYTHONPATH=src python benchmarks/distill_eval.py --split test      # the reported figures
+    PYTHONPATH=src python benchmarks/distill_eval.py --split dev       # the only split tuned on
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support.fake_backends import FakeBackend  # noqa: E402
+from support.procs import start_server  # noqa: E402
+from support.proxy_procs import pion_args, start_proxy, wait_for_embedder  # noqa: E402
+
+from pion.proxy.tools.replay import load_dataset, replay  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+SETS = ("distill_faq", "distill_diverse")
+LAYERS = ("l1_cache", "l3_direct", "l3_composite", "l3b_fragment")
+_ANSWERED = re.compile(r"Answer \d+ from \w+ to: (.*)")
+
+
+def families_of(answer: str, family_of: dict[str, str]) -> set[str]:
+    out: set[str] = set()
+    for q in _ANSWERED.findall(answer or ""):
+        fam = family_of.get(q.strip(), "?")
+        out.update(fam.split("+"))
+    return out
+
+
+def run_one(rows: list[dict[str, Any]], family_of: dict[str, str], distill: bool, work: Path,
+            extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    server = start_server(work / f"pion-{distill}")
+    backend = FakeBackend("openai").start()
+    proxy = start_proxy(work, "--backend", "vllm", "--backend-url", backend.url, *pion_args(server),
+                        *(["--distill", *extra] if distill else []))
+    try:
+        wait_for_embedder(proxy, timeout_s=600)
+        results = list(replay(rows, proxy.url, "fake-model", system="distill eval"))
+        stats = proxy.stats()
+    finally:
+        proxy.stop()
+        backend.stop()
+        server.stop()
+    caught: Counter[str] = Counter()
+    wrong: Counter[str] = Counter()
+    wrong_examples = []
+    for row, res in zip(rows, results):
+        src = res["source"]
+        if src not in LAYERS:
+            continue
+        caught[src] += 1
+        if families_of(res["answer"], family_of) != set(row["family"].split("+")):
+            wrong[src] += 1
+            wrong_examples.append((src, row["question"], (res["answer"] or "")[:120]))
+    return {"n": len(rows), "caught": dict(caught), "wrong": dict(wrong), "errors":
+            sum(r["source"] == "error" for r in results), "examples": wrong_examples[:10],
+            "l3_concepts": stats.get("l3_concepts"), "l3_fragments": stats.get("l3_fragments")}
+
+
+def table(report: dict[str, dict[str, Any]]) -> str:
+    head = "| replay (split, n) | distill | " + " | ".join(f"{layer} caught / wrong" for layer in LAYERS) + \
+        " | all caught | wrong served (% of queries) |"
+    lines = [head, "|---" * (4 + len(LAYERS)) + "|"]
+    for key, r in report.items():
+        n = r["n"]
+        cells = [f"{r['caught'].get(layer, 0)} / {r['wrong'].get(layer, 0)}" for layer in LAYERS]
+        total, bad = sum(r["caught"].values()), sum(r["wrong"].values())
+        lines.append(f"| {key} | " + " | ".join(cells) + f" | {total} ({100 * total / n:.1f}%) | "
+                     f"{bad} ({100 * bad / n:.1f}%) |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--split", choices=("dev", "test"), default="test")
+    p.add_argument("--sets", nargs="*", default=list(SETS))
+    p.add_argument("--json", type=Path)
+    p.add_argument("--distill-args", default="", help="extra pion-serve flags for the distill-on runs")
+    p.add_argument("--only-on", action="store_true", help="skip the distill-off runs (dev exploration)")
+    args = p.parse_args()
+    report: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="distill-eval-") as tmp:
+        for name in args.sets:
+            all_rows = load_dataset(DATA / f"{name}.jsonl")
+            family_of = {r["question"]: r["family"] for r in all_rows}
+            rows = [r for r in all_rows if r["split"] == args.split]
+            for distill in ((True,) if args.only_on else (False, True)):
+                key = f"{name.removeprefix('distill_')} ({args.split}, {len(rows)}) | {'on' if distill else 'off'}"
+                report[key] = run_one(rows, family_of, distill, Path(tmp) / f"{name}-{distill}",
+                                      tuple(args.distill_args.split()))
+                print(key, json.dumps({k: v for k, v in report[key].items() if k != "examples"}), flush=True)
+                for ex in report[key]["examples"]:
+                    print("   wrong:", ex, flush=True)
+    print(table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""``pion serve-tools``: offline tools around pion-serve (Q&A generation, replay)."""
