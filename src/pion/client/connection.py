@@ -26,13 +26,15 @@ from redis.retry import Retry
 
 from pion.client.block_hashes import BlockTable, pack_hashes, unpack_bitmap, unpack_blocks_reply
 from pion.common.ids import Namespace, SessionId
+from pion.common.ports import DEFAULT_HOST as _DEFAULT_HOST
+from pion.common.ports import PION_SERVER_PORT
 
 StoreDtype = Literal["f32", "f16"]
 FetchDtype = Literal["f32", "f16", "raw"]
 Blob = bytes | bytearray | memoryview
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 1974
+DEFAULT_HOST = _DEFAULT_HOST
+DEFAULT_PORT = PION_SERVER_PORT
 
 
 def _fmt_ms(ms: float) -> str:

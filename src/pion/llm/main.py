@@ -11,6 +11,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from pion.common.errors import ConfigError
+from pion.common.logs import setup_logging
+from pion.common.options import exit_on_config_error
 from pion.llm.config import LlmConfig, load_config
 from pion.llm.engine import Engine
 from pion.llm.stores import MemorySegmentStore, PionSegmentStore, SegmentStore
@@ -48,9 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pion.llm.app import create_app
 
-    config = load_config(argv)
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(argv)
+    except ConfigError as exc:
+        return exit_on_config_error("pion-llm", exc)
+    setup_logging(config.log_level)
     shown = dataclasses.replace(config, pion_password="***") if config.pion_password else config
     logger.info("pion-llm %s", shown)
     app = create_app(config.model, config.max_queue, lambda: make_engine(config))

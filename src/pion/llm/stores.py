@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from pion.common.ids import Namespace, k_session, v_session
+from pion.common.ports import DEFAULT_HOST, PION_SERVER_PORT
 from pion.llm.segments import ChainLink, ModelShape, SegmentKV
 
 logger = logging.getLogger("pion.llm")
@@ -101,7 +102,7 @@ class MemorySegmentStore:
 class PionSegmentStore:
     """Segments in pion-server sessions ``<ns>_pk`` / ``<ns>_pv``, rows in fp16 on the wire."""
 
-    def __init__(self, shape: ModelShape, vquant: str = "fp16", host: str = "127.0.0.1", port: int = 1974,
+    def __init__(self, shape: ModelShape, vquant: str = "fp16", host: str = DEFAULT_HOST, port: int = PION_SERVER_PORT,
                  password: str | None = None) -> None:
         self.shape = shape
         self.vquant = vquant

@@ -10,11 +10,12 @@ import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
+from pion.common.ports import DEFAULT_HOST, PION_LLM_PORT
 from pion.proxy.backends.base import Backend, BackendHTTPError, openai_error, sse_data
 
 # name -> (default base URL, API-key environment variable)
 DEFAULTS: dict[str, tuple[str, str]] = {
-    "pion": ("http://127.0.0.1:8322", ""),
+    "pion": (f"http://{DEFAULT_HOST}:{PION_LLM_PORT}", ""),
     "openai": ("https://api.openai.com", "OPENAI_API_KEY"),
     "vllm": ("http://127.0.0.1:8000", ""),
     "llamacpp": ("http://127.0.0.1:8080", ""),
