@@ -100,3 +100,20 @@ def test_each_program_exits_2_with_one_line_and_no_traceback_on_a_bad_environmen
     done = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **env}, cwd=tmp_path)
     assert (done.returncode, done.stderr, done.stdout) == (2, message, "")
+
+
+@pytest.mark.parametrize(("module", "message"), [
+    ("pion.llm", "pion-llm: needs the [llm] extra (pip install 'pion[llm]'): No module named 'uvicorn'\n"),
+    ("pion.proxy.main", "pion-serve: needs the [proxy] extra (pip install 'pion[proxy]'): No module named 'uvicorn'\n"),
+])
+def test_a_program_whose_extra_is_missing_names_the_extra_and_exits_1(module: str, message: str,
+                                                                    tmp_path: Path) -> None:
+    import os
+
+    shadow = tmp_path / "shadow" / "uvicorn"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'uvicorn\'")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), *sys.path[1:]])}
+    done = subprocess.run([sys.executable, "-m", module, "--port", "1"], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert (done.returncode, done.stderr.splitlines()[-1] + "\n") == (1, message)

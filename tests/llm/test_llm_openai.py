@@ -16,6 +16,8 @@ import pytest
 from support.llm_procs import MODEL, LlmProcess, start_llm
 from support.procs import ServerProcess
 
+pytestmark = pytest.mark.slow  # starts pion-llm, which loads SmolLM2
+
 SYSTEM = ("You are the support assistant of ACME Corp. You answer questions about accounts, billing and "
           "passwords in one short sentence. Never invent product names. ") * 4
 

@@ -84,6 +84,7 @@ def test_delete_and_flush_report_what_they_removed() -> None:
     assert len(store) == 0
 
 
+@pytest.mark.slow  # loads MiniLM
 def test_concurrent_embeds_share_model_calls_and_match_single_encodes() -> None:
     import asyncio
 

@@ -104,6 +104,12 @@ def exit_on_config_error(prog: str, exc: ConfigError) -> int:
     return 2
 
 
+def exit_on_missing_extra(prog: str, extra: str, exc: ModuleNotFoundError) -> int:
+    """Name the pip extra a program needs when one of its imports is missing; returns exit code 1."""
+    print(f"{prog}: needs the [{extra}] extra (pip install 'pion[{extra}]'): {exc}", file=sys.stderr)
+    return 1
+
+
 # ---- parsers: (key, text) -> value ------------------------------------------------------------
 
 def parse_int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], int]:

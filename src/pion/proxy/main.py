@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from pion.common.errors import ConfigError
 from pion.common.logs import setup_logging
-from pion.common.options import exit_on_config_error
+from pion.common.options import exit_on_config_error, exit_on_missing_extra
 from pion.proxy.config import load_config
 
 logger = logging.getLogger("pion.serve")
@@ -20,9 +20,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return exit_on_config_error("pion-serve", exc)
     setup_logging("info")
-    import uvicorn  # after config, so a bad flag answers fast and without the [proxy] extra's imports
+    try:  # after config, so a bad flag answers fast and without the [proxy] extra's imports
+        import uvicorn
 
-    from pion.proxy.app import make_app
+        from pion.proxy.app import make_app
+    except ModuleNotFoundError as exc:
+        return exit_on_missing_extra("pion-serve", "proxy", exc)
 
     cache = "off" if not config.cache_active else f"L1 in pion-server {config.pion_host}:{config.pion_port}"
     logger.info("pion-serve: backend %s (%s), cache %s, listening on http://%s:%d", config.backend,
