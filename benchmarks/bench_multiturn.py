@@ -10,6 +10,8 @@ machine load — this 2-core machine is shared and its load moves a lot:
   (a) pion      pion-llm + pion-server: segments stored in and restored from pion-server
   (b) no-pion   pion-llm --no-pion: segments kept as tensors in the pion-llm process
   (c) no-reuse  pion-llm --no-prefix-cache: every request prefills its whole prompt
+  (a8) pion-int8  (opt-in, --modes) like (a) with --vquant int8: segments restored through the shared
+                prefix transport as stored bytes and decoded in pion-llm (issue 11)
 
 Requests are sent one at a time, round-robin over users within each turn (turn 1 of every user,
 then turn 2 ...), so TTFT is service time, not queueing. "total time" is the sum of one mode's
@@ -44,6 +46,7 @@ from support.procs import start_server  # noqa: E402
 
 MODES = {
     "pion": "(a) pion-server",
+    "pion-int8": "(a8) pion-server, int8 segments",
     "no-pion": "(b) --no-pion (in-process)",
     "no-reuse": "(c) prefix reuse off",
 }
@@ -154,10 +157,12 @@ class Conversations:
 def start_mode(mode: str, threads: int, work: Path, stack: ExitStack) -> str:
     """Start pion-llm (and for mode "pion" its pion-server) for one mode; returns the base URL."""
     llm_args = ["--threads", str(threads)]
-    if mode == "pion":
-        server = start_server(work / "pion-data")
+    if mode in ("pion", "pion-int8"):
+        server = start_server(work / f"{mode}-data")
         stack.callback(server.stop)
         llm_args += ["--pion-port", str(server.port)]
+        if mode == "pion-int8":
+            llm_args += ["--vquant", "int8"]
     elif mode == "no-pion":
         llm_args += ["--no-pion"]
     else:
@@ -182,19 +187,22 @@ def run_interleaved(urls: dict[str, str], users: int, turns: int, max_tokens: in
 
 def table(results: dict[str, ModeResult], turns: int) -> str:
     modes = list(results)
-    head = "| turn | " + " | ".join(f"{MODES[m]} mean / p90 TTFT" for m in modes) + " | (c) ÷ (a) mean | (a) ÷ (b) mean |"
-    rows = [head, "|" + "---|" * (len(modes) + 3)]
+    int8 = "pion-int8" in modes and "no-pion" in modes
+    head = ("| turn | " + " | ".join(f"{MODES[m]} mean / p90 TTFT" for m in modes)
+            + " | (c) ÷ (a) mean | (a) ÷ (b) mean |" + (" (a8) ÷ (b) mean |" if int8 else ""))
+    rows = [head, "|" + "---|" * (len(modes) + 3 + int8)]
     for turn in range(1, turns + 1):
         stats = {m: results[m].turn_stats(turn) for m in modes}
         cells = [f"{stats[m][0] * 1000:.0f} / {stats[m][1] * 1000:.0f} ms" for m in modes]
         c_over_a = stats["no-reuse"][0] / stats["pion"][0] if {"pion", "no-reuse"} <= set(modes) else float("nan")
         a_over_b = stats["pion"][0] / stats["no-pion"][0] if {"pion", "no-pion"} <= set(modes) else float("nan")
-        rows.append(f"| {turn} | " + " | ".join(cells) + f" | {c_over_a:.1f}× | {a_over_b:.2f}× |")
+        a8 = f" {stats['pion-int8'][0] / stats['no-pion'][0]:.2f}× |" if int8 else ""
+        rows.append(f"| {turn} | " + " | ".join(cells) + f" | {c_over_a:.1f}× | {a_over_b:.2f}× |" + a8)
     totals = [f"{results[m].busy_s:.1f} s" for m in modes]
-    rows.append("| total time | " + " | ".join(totals) + " | | |")
+    rows.append("| total time | " + " | ".join(totals) + " | | |" + (" |" if int8 else ""))
     cached = [f"{sum(s.cached_tokens for s in results[m].samples) / max(1, sum(s.prompt_tokens for s in results[m].samples)):.0%}"
               for m in modes]
-    rows.append("| prompt tokens from cache | " + " | ".join(cached) + " | | |")
+    rows.append("| prompt tokens from cache | " + " | ".join(cached) + " | | |" + (" |" if int8 else ""))
     return "\n".join(rows)
 
 

@@ -13,6 +13,25 @@ from support.procs import ServerProcess, start_server
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+TESTS_DIR = Path(__file__).resolve().parent
+# Fixtures that load SmolLM2 in this process; a test using one (directly or through another
+# fixture) is slow. Tests that start pion-llm or make the server load MiniLM carry an explicit
+# @pytest.mark.slow / module ``pytestmark`` instead.
+MODEL_FIXTURES = frozenset({"smollm"})
+# Packages whose tests need only the core dependencies (numpy/hiredis/uvloop/redis/ml_dtypes/
+# crc32c + the test tools): their tests that are not slow are marked ``core`` (make test-core).
+CORE_PACKAGES = frozenset({"server", "persist", "crash", "codecs", "common"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Derive the ``slow`` and ``core`` markers from fixtures and location (one rule, one place)."""
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+        package = item.path.relative_to(TESTS_DIR).parts[0]
+        if package in CORE_PACKAGES and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.core)
+
 
 @pytest.fixture
 def pion_server(tmp_path: Path) -> Iterator[ServerProcess]:

@@ -28,6 +28,8 @@ from typing import IO
 
 import httpx
 
+from pion.common.ports import PION_LLM_PORT, PION_SERVE_PORT, PION_SERVER_PORT
+
 GRACE_S = 10.0
 MODEL_WAIT_S = 600.0
 SERVICE_WAIT_S = 60.0
@@ -109,9 +111,9 @@ def _redis_ok(port: int, password: str | None) -> Callable[[], bool]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pion up", description="Run pion-server, pion-llm and pion-serve together.")
     p.add_argument("--dir", default=os.environ.get("PION_UP_DIR", "./pion-data"), help="pion-server data directory")
-    p.add_argument("--pion-port", type=int, default=1974)
-    p.add_argument("--llm-port", type=int, default=8322)
-    p.add_argument("--port", type=int, default=8321, help="pion-serve (the OpenAI proxy) port")
+    p.add_argument("--pion-port", type=int, default=PION_SERVER_PORT)
+    p.add_argument("--llm-port", type=int, default=PION_LLM_PORT)
+    p.add_argument("--port", type=int, default=PION_SERVE_PORT, help="pion-serve (the OpenAI proxy) port")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--pion-password", default=os.environ.get("PION_PASSWORD"))
     p.add_argument("--no-serve", action="store_true", help="do not start pion-serve")

@@ -25,7 +25,7 @@ def _rows(n: int, kv_dim: int, seed: int) -> np.ndarray:
 
 def test_register_store_lookup_and_mfetch_round_trip_fp32_rows(client: PionClient) -> None:
     ns = "conn-roundtrip"
-    assert client.kv_prefix_register(ns, 8, "fp32", layers=2, prefill_ms=12.5) == b"OK"
+    assert client.kv_prefix_register(ns, 8, "fp32", layers=2, prefill_ms=12.5) is True
     assert client.kv_prefix_lookup(ns) is False
     rows = [_rows(5, 8, seed) for seed in range(4)]
     pipe = client.pipeline()
@@ -60,7 +60,7 @@ def test_block_table_and_membership_come_back_as_registered(client: PionClient) 
 
 def test_schema_register_then_drop_frees_both_sides(client: PionClient) -> None:
     ns = "conn-schema"
-    assert client.kv_prefix_register_schema(ns, 8, ["fp16", "fp16"], ["fp16", "fp32"]) == b"OK"
+    assert client.kv_prefix_register_schema(ns, 8, ["fp16", "fp16"], ["fp16", "fp32"]) is True
     for side in ("pk", "pv"):
         for layer in range(2):
             client.v_storebatch(f"{ns}_{side}", layer, 0, _rows(3, 8, layer).tobytes())
@@ -85,3 +85,43 @@ def test_a_refused_command_raises_response_error_and_the_connection_stays_usable
 def test_a_server_that_is_not_there_raises_connection_error_at_once() -> None:
     with PionClient(port=free_port()) as conn, pytest.raises(redis.ConnectionError):
         conn.ping()
+
+
+def _unit(*head: float, dim: int = 8) -> np.ndarray:
+    vec = np.array(list(head) + [0.0] * (dim - len(head)), dtype=np.float32)
+    return vec / np.linalg.norm(vec)
+
+
+def test_semantic_cache_commands_return_typed_values(client: PionClient) -> None:
+    cache = "conn-semantic"
+    first = client.semantic_set(cache, "s", "q1", '{"content": "a"}', meta='{"q": "q1"}', vector=_unit(1, 0))
+    second = client.semantic_set(cache, "s", "q2", b"b", ttl_s=60, vector=_unit(0, 1))
+    found = client.semantic_get(cache, "s", "ignored", threshold=0.9, vector=_unit(1, 0.01), with_best=True)
+    assert found.hit is not None
+    assert (found.hit.response, found.hit.entry_id, found.hit.meta) == (b'{"content": "a"}', first, b'{"q": "q1"}')
+    assert round(found.hit.similarity, 4) == 1.0
+    miss = client.semantic_get(cache, "s", "ignored", threshold=0.99, vector=_unit(1, 1), with_best=True,
+                               with_vector=True)
+    assert (miss.hit, round(miss.best_similarity or 0, 4)) == (None, 0.7071)
+    assert miss.vector is not None
+    assert np.round(miss.vector, 6).tolist() == np.round(_unit(1, 1), 6).tolist()  # re-normalised on the server
+    assert client.semantic_get(cache, "other-scope", "x", vector=_unit(1, 0)).hit is None
+    assert client.semantic_info(cache)["entries"] == 2
+    assert (client.semantic_del(cache, second, 999), client.semantic_flush(cache)) == (1, 1)
+
+
+def test_a_malformed_semantic_get_reply_is_a_value_error_not_an_index_error() -> None:
+    from pion.client.commands import semantic_get
+
+    with pytest.raises(ValueError) as info:
+        semantic_get("c", "s", "t", with_vector=True).parse([b"answer", b"0.9"])
+    assert str(info.value).startswith("malformed AI.SEMANTIC_CACHE GET reply: ")
+
+
+def test_receipt_and_info_commands_are_dicts_with_numbers(client: PionClient) -> None:
+    client.kv_prefix_register("conn-info", 4, "fp16", layers=1)
+    assert client.v_storebatch("conn-info_pk", 0, 0, np.zeros((2, 4), np.float16).tobytes(), dtype="f16") == 2
+    info = client.v_info("conn-info_pk")
+    assert (info["kv_dim"], info["format"], info["tokens"]) == (4, "fp16", 2)
+    assert type(client.pion_stats()["kvprefix_hits"]) is int
+    assert type(client.kv_prefix_info()["registered_prefixes"]) is int

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pion.client.runtimes.model_files import resolve_model
 from pion.common.ids import k_session
 from pion.llm.segments import (
@@ -46,6 +48,7 @@ def vstore_bytes(server: ServerProcess) -> int:
     return int(dict(line.split(":", 1) for line in info.splitlines() if ":" in line)["vstore_bytes"])
 
 
+@pytest.mark.slow  # starts pion-llm, which loads SmolLM2
 def test_budget_eviction_stays_under_the_budget_and_never_drops_an_interior_segment(
         pion_server: ServerProcess, tmp_path: Path) -> None:
     from transformers import AutoTokenizer

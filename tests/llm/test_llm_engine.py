@@ -12,6 +12,8 @@ from pion.llm.segments import plan_chat
 from pion.llm.stores import MemorySegmentStore
 from support.llm_procs import MODEL
 
+pytestmark = pytest.mark.slow  # loads SmolLM2 in this process
+
 SYSTEM = "You are a math tutor. Answer with the number and one short sentence. " * 6
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 

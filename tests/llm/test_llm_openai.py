@@ -16,6 +16,8 @@ import pytest
 from support.llm_procs import MODEL, LlmProcess, start_llm
 from support.procs import ServerProcess
 
+pytestmark = pytest.mark.slow  # starts pion-llm, which loads SmolLM2
+
 SYSTEM = ("You are the support assistant of ACME Corp. You answer questions about accounts, billing and "
           "passwords in one short sentence. Never invent product names. ") * 4
 
@@ -153,7 +155,31 @@ BAD_BODIES = [
     ({"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9000}, "messages"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
 ]
+
+# Fields pion-llm would otherwise ignore are refused when they ask for something, as n > 1 is.
+BAD_COMPLETION_BODIES = [
+    ({"model": MODEL, "prompt": "Hi", "echo": True}, "echo"),
+    ({"model": MODEL, "prompt": "Hi", "best_of": 3}, "best_of"),
+    ({"model": MODEL, "prompt": "Hi", "logprobs": 2}, "logprobs"),
+    ({"model": MODEL, "prompt": "Hi", "suffix": "end"}, "suffix"),
+    ({"model": MODEL, "prompt": "Hi", "n": 2}, "n"),
+]
+
+
+@pytest.mark.parametrize(("body", "param"), BAD_COMPLETION_BODIES)
+def test_completion_fields_that_would_be_ignored_get_a_400_naming_the_field(
+        llm: LlmProcess, body: dict[str, Any], param: str) -> None:
+    resp = httpx.post(f"{llm.url}/v1/completions", json=body, timeout=30)
+    assert (resp.status_code, resp.json()["error"]["param"], resp.json()["error"]["type"]) == (
+        400, param, "invalid_request_error")
+
+
+def test_completion_fields_at_their_neutral_values_are_accepted(llm: LlmProcess) -> None:
+    body = {"model": MODEL, "prompt": "Hi", "echo": False, "best_of": 1, "suffix": None, "max_tokens": 2}
+    resp = httpx.post(f"{llm.url}/v1/completions", json=body, timeout=120)
+    assert (resp.status_code, resp.json()["object"]) == (200, "text_completion")
 
 
 @pytest.mark.parametrize(("body", "param"), BAD_BODIES)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,8 @@ import httpx
 
 from support.llm_procs import MODEL, LlmProcess, start_llm
 from support.procs import ServerProcess, free_port, start_server
+
+pytestmark = pytest.mark.slow  # starts pion-llm, which loads SmolLM2
 
 SYSTEM = "You are a concise travel agent. You recommend one destination and one reason. " * 5
 QUESTION = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Where should I go in May?"}]

@@ -16,6 +16,8 @@ from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_e
 from support.fake_backends import FakeBackend, running
 from support.procs import ServerProcess
 
+pytestmark = pytest.mark.slow  # the proxy waits for the server to load MiniLM
+
 KINDS = {  # pion-serve backend name -> (fake server kind, model)
     "ollama": ("ollama", "gemma3:4b"),
     "claude": ("anthropic", "claude-3-5-sonnet-20241022"),

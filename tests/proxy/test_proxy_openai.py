@@ -19,6 +19,8 @@ from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_e
 from support.fake_backends import FakeBackend
 from support.procs import ServerProcess, free_port, start_server
 
+pytestmark = pytest.mark.slow  # the proxy waits for the server to load MiniLM
+
 
 @pytest.fixture(scope="module")
 def proxy(shared_pion_server: ServerProcess, fake_openai: FakeBackend,

@@ -117,4 +117,4 @@ def test_bad_config_values_name_the_key(kwargs: dict, message: str) -> None:
 def test_bad_environment_value_names_the_variable() -> None:
     with pytest.raises(ConfigError) as info:
         load_config([], env={"PION_SERVE_PORT": "eighty"})
-    assert str(info.value) == "PION_SERVE_PORT: bad value 'eighty'"
+    assert str(info.value) == "PION_SERVE_PORT: expected an integer, got 'eighty'"

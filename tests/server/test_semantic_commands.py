@@ -10,6 +10,8 @@ import redis
 
 from support.procs import ServerProcess
 
+pytestmark = pytest.mark.slow  # the server loads MiniLM for AI.EMBED
+
 
 @pytest.fixture(scope="module")
 def conn(shared_pion_server: ServerProcess) -> redis.Redis:

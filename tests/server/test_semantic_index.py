@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 import numpy as np
 import pytest
 
@@ -14,7 +17,13 @@ def _unit(rng: np.random.Generator, n: int, dim: int = 32) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("kind", ["exact", "hnswlib", "usearch"])
+def _graph(kind: str) -> pytest.MarkDecorator:
+    # hnswlib comes with the [embed] extra, usearch with [dev]; a core install has neither.
+    return pytest.mark.skipif(importlib.util.find_spec(kind) is None, reason=f"{kind} is not installed")
+
+
+@pytest.mark.parametrize("kind", ["exact", pytest.param("hnswlib", marks=_graph("hnswlib")),
+                                  pytest.param("usearch", marks=_graph("usearch"))])
 def test_search_finds_the_stored_vector_with_its_true_cosine(kind: str) -> None:
     rng = np.random.default_rng(0)
     vecs = _unit(rng, 300)
@@ -26,6 +35,20 @@ def test_search_finds_the_stored_vector_with_its_true_cosine(kind: str) -> None:
         entry_id, sim = index.search(vecs[i])
         assert entry_id == i + 1
         assert sim == pytest.approx(1.0, abs=1e-5)
+
+
+def test_without_the_graph_library_a_large_scope_stays_exact_and_correct(monkeypatch: pytest.MonkeyPatch,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "hnswlib", None)  # what a core install (no [embed] extra) has
+    vecs = _unit(np.random.default_rng(2), 60)
+    index = ScopeIndex(32, "hnswlib", ann_min_entries=50)
+    with caplog.at_level("WARNING"):
+        for i, v in enumerate(vecs):
+            index.add(i + 1, v)
+    assert index.uses_ann is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "semantic index: hnswlib is not installed (the [embed] extra); scopes above 50 entries keep using exact search"]
+    assert [index.search(vecs[i])[0] for i in (0, 59)] == [1, 60]
 
 
 @pytest.mark.parametrize("ann_min", [10**9, 20])
@@ -84,6 +107,7 @@ def test_delete_and_flush_report_what_they_removed() -> None:
     assert len(store) == 0
 
 
+@pytest.mark.slow  # loads MiniLM
 def test_concurrent_embeds_share_model_calls_and_match_single_encodes() -> None:
     import asyncio
 

@@ -10,7 +10,8 @@ Hash (format v1), for block i with token ids t_0..t_{B-1}::
     h_i = u64_le( sha256( u64_le(parent_i) || u32_le(t_0) || ... || u32_le(t_{B-1}) )[:8] )
     parent_{i+1} = h_i
 
-Wire blob: the hashes as little-endian u64 in token order (``hash_count * 8`` bytes).
+Wire blob: the hashes as little-endian u64 in token order (``hash_count * 8`` bytes); the table
+and its wire forms are ``pion.common.blocks.BlockTable``, shared with the server.
 
 Worked example, block_size 2, tokens [1, 2, 3]:
     one full block [1, 2]; h_0 = first 8 bytes (LE) of
@@ -25,24 +26,15 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from pion.common.blocks import BlockTable, pack_hashes, unpack_bitmap
 from pion.common.ids import BlockHash
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "BlockTable", "block_hashes", "block_table", "pack_hashes", "unpack_bitmap",
+           "unpack_blocks_reply"]
 
 DEFAULT_BLOCK_SIZE = 64
 _MAX_TOKEN_ID = 0xFFFFFFFF
-
-
-@dataclass(frozen=True)
-class BlockTable:
-    """The block hash table of one prefix."""
-
-    block_size: int
-    hashes: tuple[BlockHash, ...]
-
-    def blob(self) -> bytes:
-        """Little-endian u64 hashes, as KV.PREFIX.REGISTER's BLOCKS clause and MEMBERSHIP take them."""
-        return pack_hashes(self.hashes)
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[BlockHash, ...]:
@@ -66,24 +58,6 @@ def block_table(token_ids: Sequence[int], block_size: int = DEFAULT_BLOCK_SIZE) 
     return BlockTable(block_size, block_hashes(token_ids, block_size))
 
 
-def pack_hashes(hashes: Sequence[int]) -> bytes:
-    """u64 little-endian concatenation."""
-    return struct.pack(f"<{len(hashes)}Q", *hashes)
-
-
 def unpack_blocks_reply(data: bytes) -> BlockTable:
     """Parse KV.PREFIX.BLOCKS' bulk reply ``[u32 block_size][u32 count][count x u64]``."""
-    if len(data) < 8:
-        raise ValueError(f"KV.PREFIX.BLOCKS reply of {len(data)} bytes is shorter than its 8-byte header")
-    block_size, count = struct.unpack_from("<II", data, 0)
-    if len(data) != 8 + 8 * count:
-        raise ValueError(f"KV.PREFIX.BLOCKS reply says {count} hashes but carries {len(data) - 8} bytes")
-    hashes = struct.unpack_from(f"<{count}Q", data, 8)
-    return BlockTable(block_size, tuple(BlockHash(h) for h in hashes))
-
-
-def unpack_bitmap(bitmap: bytes, count: int) -> list[bool]:
-    """KV.PREFIX.MEMBERSHIP's bitmap: bit i (LSB-first within each byte) set iff probe i is registered."""
-    if len(bitmap) != (count + 7) // 8:
-        raise ValueError(f"membership bitmap of {len(bitmap)} bytes does not cover {count} probes")
-    return [bool(bitmap[i >> 3] >> (i & 7) & 1) for i in range(count)]
+    return BlockTable.from_wire(data)

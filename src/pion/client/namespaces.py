@@ -1,9 +1,20 @@
 """Cache namespaces: the key under which a prefix's K/V is shared.
 
-The spec's contract: a namespace must encode every load-bearing piece of execution context,
-because a mismatch is silent corruption, not an error. ``make_namespace`` is the spec's
-function; ``model_fingerprint`` collects the pieces that ``PionPromptCache.namespace_for``
-derives by itself so nobody has to remember them.
+A namespace must encode every load-bearing piece of execution context, because a mismatch is
+silent corruption, not an error. Two derivations, both versioned by ``NAMESPACE_VERSION`` (the
+version of this module's derivation rules; bumping it orphans every stored prefix on purpose):
+
+* a whole prefix (``PionPromptCache.namespace_for``)::
+
+      make_namespace("pion-prefix-v1", "model=<id>", "config=<h>", "tokenizer=<h>", "rope=<json>",
+                     "dtype=<torch dtype>", "format=<vquant>/bp<n>", "tokens=<sha256 of u32le ids>", *extra)
+
+* a chain of segments (pion-llm; ``pion.llm.segments`` says where the cuts are)::
+
+      root = sha256("pion-llm|v1|<model id>|<vquant>|L<n_layers>|D<kv_dim>")[:32]
+      ns_i = sha256(ns_{i-1} + "|" + u32le(ids_i))[:32]          (ns_{-1} = root)
+
+``model_identity`` is the one answer to "which model is this" for both.
 """
 
 from __future__ import annotations
@@ -16,7 +27,9 @@ from typing import Any
 
 from pion.common.ids import Namespace
 
-NAMESPACE_VERSION = "pion-prefix-v1"
+NAMESPACE_VERSION = 1
+PREFIX_TAG = f"pion-prefix-v{NAMESPACE_VERSION}"  # first part of a whole-prefix namespace
+CHAIN_TAG = f"pion-llm|v{NAMESPACE_VERSION}"  # start of a chain root's hashed text
 
 
 def make_namespace(*parts: object) -> Namespace:
@@ -60,9 +73,35 @@ def tokens_hash(token_ids: Sequence[int]) -> str:
     return hashlib.sha256(struct.pack(f"<{len(token_ids)}I", *token_ids)).hexdigest()
 
 
+def model_identity(model: Any) -> str:
+    """The model's name in namespaces: ``pion.load_model``'s ``pion_model_id`` (name + weights hash),
+    else the path it was loaded from, else ``"unnamed"`` (a model built in memory from a config;
+    the config hash in a prefix namespace and the geometry in a chain root still tell such models apart).
+    """
+    return str(getattr(model, "pion_model_id", None) or getattr(model.config, "_name_or_path", "") or "unnamed")
+
+
 def model_fingerprint(model: Any, tokenizer: Any | None) -> tuple[str, ...]:
     """Every part of a namespace that comes from the model: identity, config, tokenizer, rope, dtype."""
-    identity = getattr(model, "pion_model_id", None) or getattr(model.config, "_name_or_path", "") or "unnamed"
     dtype = str(next(model.parameters()).dtype)
-    return (f"model={identity}", f"config={config_hash(model.config)}", f"tokenizer={tokenizer_hash(tokenizer)}",
+    return (f"model={model_identity(model)}", f"config={config_hash(model.config)}", f"tokenizer={tokenizer_hash(tokenizer)}",
             f"rope={rope_settings(model.config)}", f"dtype={dtype}")
+
+
+def prefix_namespace(fingerprint: Sequence[str], format_descriptor: str, token_ids: Sequence[int],
+                     *extra: object) -> Namespace:
+    """The namespace of a whole prefix (see the module docstring)."""
+    return make_namespace(PREFIX_TAG, *fingerprint, f"format={format_descriptor}",
+                          f"tokens={tokens_hash(list(token_ids))}", *extra)
+
+
+def chain_root(model_id: str, fmt: str, n_layers: int, kv_dim: int) -> Namespace:
+    """The root of a segment chain for one model and storage format (never stored itself)."""
+    text = f"{CHAIN_TAG}|{model_id}|{fmt}|L{n_layers}|D{kv_dim}"
+    return Namespace(hashlib.sha256(text.encode()).hexdigest()[:32])
+
+
+def chain_child(parent: Namespace, token_ids: Sequence[int]) -> Namespace:
+    """A segment's namespace: its parent's namespace plus its own token ids (u32 LE)."""
+    digest = hashlib.sha256(parent.encode() + b"|" + struct.pack(f"<{len(token_ids)}I", *token_ids))
+    return Namespace(digest.hexdigest()[:32])

@@ -1,12 +1,12 @@
-"""PionPromptCache: share a prompt prefix's K/V through pion-server (the spec's Stage-1 path).
+"""PionPromptCache: share a prompt prefix's K/V through pion-server (Stage 1: restore, then run).
 
 Roles, in the order a request meets them:
   * ``namespace_for(prefix_ids)`` — derive the key (model identity, config, tokenizer, rope, dtype,
-    storage format, the token ids); or use the spec's ``make_namespace(*parts)``.
+    storage format, the token ids; ``pion.client.namespaces``); or ``make_namespace(*parts)``.
   * ``get_or_prefill(prefix_ids, namespace)`` — called once per request; returns a fresh transformers
     ``DynamicCache`` holding the prefix, which the caller owns and may extend.
       - hit:  KV.PREFIX.LOOKUP → +HIT, then one pipelined round trip of two V.MFETCH (all K layers,
-        all V layers) decoded straight into preallocated tensors.
+        all V layers), decoded by ``pion.client.prefix_transport`` (the transport pion-llm uses too).
       - miss: local prefill (timed), then one pipelined round trip of
         KV.PREFIX.REGISTER[.SCHEMA] … LAYERS n PREFILL_MS ms BLOCKS 64 … and V.STOREBATCH for every
         layer and side. LOOKUP answers +HIT only once all layers are stored, so no reader sees half.
@@ -17,7 +17,7 @@ Roles, in the order a request meets them:
 A server that is down at construction makes the cache local-only (with a warning): every call
 prefills locally. A server that goes away later is retried on each call.
 
-``boundary_protect=N`` (spec "Heterogeneous KV cache"): K fp16 on every layer; V fp16 on the first
+``boundary_protect=N`` (heterogeneous K/V, docs/runtime.md): K fp16 on every layer; V fp16 on the first
 N and last N layers and ``vquant`` in between, registered with KV.PREFIX.REGISTER.SCHEMA so the
 prefix has the same LOOKUP semantics as a uniform one.
 """
@@ -28,25 +28,23 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import redis
 import torch
 
 from pion.client.block_hashes import DEFAULT_BLOCK_SIZE, block_table
-from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, FetchDtype, PionClient, StoreDtype
-from pion.client.namespaces import NAMESPACE_VERSION, make_namespace, model_fingerprint, tokens_hash
-from pion.client.runtimes.transformers_kv import KvShape, RestoredKv, frombuffer, layer_rows
+from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
+from pion.client.namespaces import make_namespace, model_fingerprint, prefix_namespace
+from pion.client.prefix_transport import LayerFormats, PrefixTransport, RestoreDtype
+from pion.client.runtimes.transformers_kv import KvShape, layer_rows
 from pion.client.runtimes.transformers_runtime import model_device, prefill
 from pion.codecs import get_codec
-from pion.common.ids import Namespace, k_session, v_session
+from pion.common.ids import Namespace
 
 logger = logging.getLogger(__name__)
-
-# Formats whose stored bytes are plain little-endian floats: fetched raw and viewed without decoding.
-_FLOAT_FORMATS: dict[str, torch.dtype] = {"fp16": torch.float16, "fp32": torch.float32}
-RestoreDtype = Literal["auto", "f16", "raw"]
+__all__ = ["PionPromptCache", "PromptCacheStats", "RestoreDtype"]
 
 
 @dataclass
@@ -95,7 +93,8 @@ class PionPromptCache:
         self.block_size = block_size
         self.restore_dtype = restore_dtype
         self.materialize = materialize
-        self.k_formats, self.v_formats = self._layer_formats()
+        self.formats = LayerFormats.boundary_protected(vquant, self.shape.n_layers, self.boundary_protect)
+        self.k_formats, self.v_formats = list(self.formats.k), list(self.formats.v)
         for fmt in {*self.k_formats, *self.v_formats}:
             get_codec(fmt).check_dim(self.shape.kv_dim)  # unknown format / bad kv_dim: fail now, loudly
         self._fingerprint = model_fingerprint(model, tokenizer)
@@ -110,12 +109,14 @@ class PionPromptCache:
             if self._owns_client:
                 self.client.close()
             self.client = None
+        self._transport = (PrefixTransport(self.client, self.shape, self.formats, restore_dtype)
+                           if self.client is not None else None)
 
     # ---- namespaces -------------------------------------------------------------------------
 
     @staticmethod
     def make_namespace(*parts: object) -> Namespace:
-        """sha256("|".join(parts))[:32], the spec's namespace function."""
+        """sha256("|".join(parts))[:32]: a namespace from parts the caller chose."""
         return make_namespace(*parts)
 
     @property
@@ -129,8 +130,7 @@ class PionPromptCache:
         Covers the model identity, config hash, tokenizer hash, rope settings, weights dtype, storage
         format and the prefix token ids; ``extra`` adds anything else (an adapter id, a tenant).
         """
-        return make_namespace(NAMESPACE_VERSION, *self._fingerprint, f"format={self.format_descriptor}",
-                              f"tokens={tokens_hash(list(prefix_ids))}", *extra)
+        return prefix_namespace(self._fingerprint, self.format_descriptor, prefix_ids, *extra)
 
     # ---- the request path -------------------------------------------------------------------
 
@@ -176,7 +176,7 @@ class PionPromptCache:
                 cache = self._restore(ns, len(ids), lookup_ms)
                 self._stats.hits += 1
                 return cache
-            except Exception as exc:  # noqa: BLE001 - any failed restore means "prefill locally" (spec)
+            except Exception as exc:  # noqa: BLE001 - any failed restore means "prefill locally"
                 logger.warning("restoring prefix %s from pion-server failed (%s); prefilling locally", ns, exc)
                 self._stats.fallbacks += 1
         self._stats.misses += 1
@@ -213,31 +213,18 @@ class PionPromptCache:
 
     def _store(self, ns: Namespace | str, ids: list[int], cache: Any, prefill_ms: float | None) -> bool:
         """Register the prefix and store every layer of K and V in one pipelined round trip."""
-        assert self.client is not None
+        assert self._transport is not None
         t0 = time.perf_counter()
         n = len(ids)
-        blocks = block_table(ids, self.block_size)
-        pipe = self.client.pipeline()
-        if self.boundary_protect > 0:
-            pipe.kv_prefix_register_schema(ns, self.shape.kv_dim, self.k_formats, self.v_formats, blocks=blocks,
-                                           prefill_ms=prefill_ms)
-        else:
-            pipe.kv_prefix_register(ns, self.shape.kv_dim, self.vquant, blocks=blocks, layers=self.shape.n_layers,
-                                    prefill_ms=prefill_ms)
-        nbytes = 0
-        for side, sid, formats in (("k", k_session(ns), self.k_formats), ("v", v_session(ns), self.v_formats)):
-            for layer in range(self.shape.n_layers):
-                # fp32 sessions get exact floats; every other format is at most fp16-precise, so send half the bytes.
-                wire: StoreDtype = "f32" if formats[layer] == "fp32" else "f16"
-                rows = layer_rows(cache, layer, side, n, torch.float32 if wire == "f32" else torch.float16)
-                nbytes += rows.nbytes
-                blob = memoryview(rows).cast("B")  # type: ignore[arg-type]
-                pipe.v_storebatch(sid, layer, 0, blob, dtype=wire)
+
+        def rows(side: str, layer: int, dtype: torch.dtype) -> np.ndarray:
+            return layer_rows(cache, layer, side, n, dtype)
+
         try:
-            replies = pipe.execute(raise_on_error=False)
+            errors, nbytes = self._transport.store(ns, rows, blocks=block_table(ids, self.block_size),
+                                                   prefill_ms=prefill_ms)
         except redis.RedisError as exc:
-            replies = [exc]
-        errors = [r for r in replies if isinstance(r, Exception)]
+            errors, nbytes = [exc], 0
         if errors:
             self._stats.store_failures += 1
             logger.warning("storing prefix %s on pion-server failed (%d errors, first: %s); it stays local",
@@ -249,64 +236,24 @@ class PionPromptCache:
 
     # ---- hit path ---------------------------------------------------------------------------
 
-    def _wire_dtype(self, formats: list[str]) -> FetchDtype:
-        # Measured (benchmarks/restore_dtype.py): raw + client decode restores quantized formats
-        # ~3-4x faster than server-side DTYPE f16, so "auto" means raw.
-        if all(f in _FLOAT_FORMATS for f in formats) or self.restore_dtype != "f16":
-            return "raw"
-        return "f16"
-
     def _restore(self, ns: Namespace | str, n_tokens: int, lookup_ms: float) -> Any:
         """Fetch both sides in one round trip and build the cache; raises on any inconsistency."""
-        assert self.client is not None
+        assert self._transport is not None
         timings = {"lookup": lookup_ms}
         t0 = time.perf_counter()
-        shape = self.shape
-        k_wire, v_wire = self._wire_dtype(self.k_formats), self._wire_dtype(self.v_formats)
-        pipe = self.client.pipeline()
-        pipe.v_mfetch(k_session(ns), 0, shape.n_layers, 0, n_tokens, dtype=k_wire)
-        pipe.v_mfetch(v_session(ns), 0, shape.n_layers, 0, n_tokens, dtype=v_wire)
-        k_layers, v_layers = pipe.execute()
+        k_reply, v_reply = self._transport.fetch(ns, n_tokens)
         t1 = time.perf_counter()
         timings["fetch"] = (t1 - t0) * 1e3
-        restored = RestoredKv(shape, n_tokens)
-        nbytes = 0
-        for side, layers, formats, wire in (("k", k_layers, self.k_formats, k_wire),
-                                            ("v", v_layers, self.v_formats, v_wire)):
-            if len(layers) != shape.n_layers:
-                raise ValueError(f"V.MFETCH returned {len(layers)} layers for side {side}, expected {shape.n_layers}")
-            for layer, data in enumerate(layers):
-                nbytes += len(data)
-                restored.set_layer(side, layer, self._decode(data, formats[layer], wire))
+        restored = self._transport.decode(k_reply, v_reply, n_tokens)
         t2 = time.perf_counter()
         timings["decode"] = (t2 - t1) * 1e3
         cache = restored.to_cache(self.model.config, model_device(self.model),
                                   next(self.model.parameters()).dtype, materialize=self.materialize)
         timings["build"] = (time.perf_counter() - t2) * 1e3
         self._stats.fetch_ms_total += lookup_ms + (time.perf_counter() - t0) * 1e3
-        self._stats.bytes_fetched += nbytes
+        self._stats.bytes_fetched += sum(len(d) for d in k_reply) + sum(len(d) for d in v_reply)
         self._stats.last_restore_ms = timings
         return cache
-
-    def _decode(self, data: bytes, fmt: str, wire: FetchDtype) -> torch.Tensor:
-        """Reply bytes of one layer as a float tensor of ``[n_tokens * kv_dim]`` values."""
-        if wire == "f16":
-            return frombuffer(data, torch.float16)
-        if wire == "f32":
-            return frombuffer(data, torch.float32)
-        if fmt in _FLOAT_FORMATS:
-            return frombuffer(data, _FLOAT_FORMATS[fmt])
-        rows = get_codec(fmt).decode(data, self.shape.kv_dim, np.float32)
-        return torch.from_numpy(np.ascontiguousarray(rows))
-
-    def _layer_formats(self) -> tuple[list[str], list[str]]:
-        n_layers, n = self.shape.n_layers, self.boundary_protect
-        if n < 0:
-            raise ValueError(f"boundary_protect must be >= 0, got {n}")
-        if n == 0:
-            return [self.vquant] * n_layers, [self.vquant] * n_layers
-        v_formats = ["fp16" if i < n or i >= n_layers - n else self.vquant for i in range(n_layers)]
-        return ["fp16"] * n_layers, v_formats
 
     # ---- counters and teardown --------------------------------------------------------------
 
@@ -325,6 +272,7 @@ class PionPromptCache:
         if self.client is not None and self._owns_client:
             self.client.close()
         self.client = None
+        self._transport = None
 
     def __enter__(self) -> PionPromptCache:
         return self

@@ -1,21 +1,25 @@
 """pion-llm's configuration: one frozen dataclass built once from the command line and environment.
 
 Every flag has an environment variable ``PION_LLM_<FLAG>`` (``--pion-port`` → ``PION_LLM_PION_PORT``;
-booleans accept 1/true/yes/on) that sets its default; a flag given on the command line wins.
+booleans accept 1/true/yes/on, 0/false/no/off); a flag given on the command line wins. Loading is
+``pion.common.options``, shared with pion-server and pion-serve; a bad value is a ``ConfigError``
+that ``main`` prints without a traceback (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pion.codecs import get_codec
 from pion.common.errors import CodecError, ConfigError
+from pion.common.options import (Option, Parser, build_arg_parser, load_options, parse_bool, parse_choice,
+                                 parse_float, parse_int, parse_optional_text, parse_text)
+from pion.common.ports import DEFAULT_HOST, PION_LLM_PORT, PION_SERVER_PORT
 
-DEFAULT_PORT = 8322
-DEFAULT_PION_PORT = 1974
+DEFAULT_PORT = PION_LLM_PORT
+DEFAULT_PION_PORT = PION_SERVER_PORT
 # --no-pion keeps segments in this process; without a budget it would grow without bound.
 DEFAULT_MEMORY_BUDGET_GB = 1.0
 ENV_PREFIX = "PION_LLM_"
@@ -26,9 +30,9 @@ class LlmConfig:
     """Effective pion-llm settings (see ``pion-llm --help``)."""
 
     model: str = "smollm2-135m"
-    host: str = "127.0.0.1"
+    host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
-    pion_host: str = "127.0.0.1"
+    pion_host: str = DEFAULT_HOST
     pion_port: int = DEFAULT_PION_PORT
     pion_password: str | None = None
     vquant: str = "fp16"
@@ -55,70 +59,48 @@ class LlmConfig:
         return "memory" if self.no_pion else "pion-server"
 
 
-def _env_bool(name: str) -> bool:
-    raw = os.environ.get(name, "")
-    if raw.lower() in ("", "0", "false", "no", "off"):
-        return False
-    if raw.lower() in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name}: expected a boolean (1/0, true/false), got {raw!r}")
+def _opt(flags: tuple[str, ...], field: str, parse: Parser, help: str, switch: str | None = None) -> Option:
+    return Option(flags, field, parse, help, switch, env_prefix=ENV_PREFIX)
 
 
-def _positive(kind: type[int] | type[float], key: str, minimum: float) -> Callable[[str], int | float]:
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{key}: expected a {kind.__name__}, got {text!r}") from exc
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{key}: must be >= {minimum}, got {text!r}")
-        return value
-    parse.__name__ = kind.__name__
-    return parse
+def _vquant(key: str, text: str) -> str:
+    try:
+        get_codec(text)  # an unknown format would fail every store later, quietly; refuse it now
+    except CodecError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    return text
+
+
+OPTIONS: list[Option] = [
+    _opt(("--model",), "model", parse_text,
+         "smollm2-135m (embedded), a local HF directory or a .gguf; also the served model id"),
+    _opt(("--host",), "host", parse_text, f"bind address (default {DEFAULT_HOST})"),
+    _opt(("--port",), "port", parse_int(0, 65535), f"HTTP port (default {DEFAULT_PORT})"),
+    _opt(("--pion-host",), "pion_host", parse_text, f"pion-server host (default {DEFAULT_HOST})"),
+    _opt(("--pion-port",), "pion_port", parse_int(1, 65535), f"pion-server port (default {DEFAULT_PION_PORT})"),
+    _opt(("--pion-password",), "pion_password", parse_optional_text, "pion-server AUTH password"),
+    _opt(("--vquant",), "vquant", _vquant, "storage format of segments on pion-server (fp16 default)"),
+    _opt(("--pion-budget-gb",), "pion_budget_gb", parse_float(0.0),
+         "keep this server's segments under this many GiB, evicting LRU leaves "
+         f"(--no-pion default: {DEFAULT_MEMORY_BUDGET_GB})"),
+    _opt(("--no-pion",), "no_pion", parse_bool, "keep segments in this process only (no pion-server)", "yes"),
+    _opt(("--no-prefix-cache",), "no_prefix_cache", parse_bool,
+         "switch prefix reuse off: every request prefills its whole prompt", "yes"),
+    _opt(("--max-queue",), "max_queue", parse_int(0),
+         "requests that may wait behind the running one; more get HTTP 429 (default 16)"),
+    _opt(("--threads",), "threads", parse_int(0), "torch CPU threads (0 = torch's default)"),
+    _opt(("--device",), "device", parse_optional_text, "cpu or cuda (default: cuda if present)"),
+    _opt(("--log-level",), "log_level", parse_choice("debug", "info", "warning", "error"),
+         "debug | info (default) | warning | error"),
+]
+DESCRIPTION = "A local OpenAI-compatible server on the Pion prefix cache."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = LlmConfig()
-    env = os.environ.get
-    p = argparse.ArgumentParser(prog="pion-llm", description="A local OpenAI-compatible server on the Pion "
-                                "prefix cache. Each flag's default can be set with PION_LLM_<FLAG>.")
-    p.add_argument("--model", default=env("PION_LLM_MODEL", d.model),
-                   help="smollm2-135m (embedded), a local HF directory or a .gguf; also the served model id")
-    p.add_argument("--host", default=env("PION_LLM_HOST", d.host))
-    p.add_argument("--port", type=_positive(int, "--port", 0), default=env("PION_LLM_PORT", d.port))
-    p.add_argument("--pion-host", default=env("PION_LLM_PION_HOST", d.pion_host))
-    p.add_argument("--pion-port", type=_positive(int, "--pion-port", 1),
-                   default=env("PION_LLM_PION_PORT", d.pion_port))
-    p.add_argument("--pion-password", default=env("PION_LLM_PION_PASSWORD", d.pion_password))
-    p.add_argument("--vquant", default=env("PION_LLM_VQUANT", d.vquant),
-                   help="storage format of segments on pion-server (fp16 default)")
-    p.add_argument("--pion-budget-gb", type=_positive(float, "--pion-budget-gb", 0.0),
-                   default=env("PION_LLM_PION_BUDGET_GB", d.pion_budget_gb),
-                   help="keep this server's segments under this many GiB, evicting LRU leaves "
-                        f"(--no-pion default: {DEFAULT_MEMORY_BUDGET_GB})")
-    p.add_argument("--no-pion", action="store_true", default=_env_bool("PION_LLM_NO_PION"),
-                   help="keep segments in this process only (no pion-server)")
-    p.add_argument("--no-prefix-cache", action="store_true", default=_env_bool("PION_LLM_NO_PREFIX_CACHE"),
-                   help="switch prefix reuse off: every request prefills its whole prompt")
-    p.add_argument("--max-queue", type=_positive(int, "--max-queue", 0), default=env("PION_LLM_MAX_QUEUE", d.max_queue),
-                   help="requests that may wait behind the running one; more get HTTP 429")
-    p.add_argument("--threads", type=_positive(int, "--threads", 0), default=env("PION_LLM_THREADS", d.threads),
-                   help="torch CPU threads (0 = torch's default)")
-    p.add_argument("--device", default=env("PION_LLM_DEVICE", d.device), help="cpu or cuda (default: cuda if present)")
-    p.add_argument("--log-level", default=env("PION_LLM_LOG_LEVEL", d.log_level),
-                   choices=["debug", "info", "warning", "error"])
-    return p
+    """The argparse parser for ``pion-llm`` (values stay text until ``load_config``)."""
+    return build_arg_parser("pion-llm", DESCRIPTION, OPTIONS)
 
 
-def load_config(argv: Sequence[str] | None = None) -> LlmConfig:
-    """Parse the command line (env supplies defaults); exits with usage on a bad value.
-
-    argparse converts string defaults with the flag's type, so a bad env value is reported like a bad flag.
-    """
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    try:
-        get_codec(ns.vquant)  # an unknown format would fail every store later, quietly; refuse it now
-    except CodecError as exc:
-        parser.error(f"--vquant: {exc}")
-    return LlmConfig(**vars(ns))
+def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> LlmConfig:
+    """Flags over ``PION_LLM_*`` environment over defaults; raises ConfigError naming the key and value."""
+    return LlmConfig(**load_options("pion-llm", DESCRIPTION, OPTIONS, argv, env))

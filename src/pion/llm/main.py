@@ -10,10 +10,15 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from pion.common.errors import ConfigError
+from pion.common.logs import setup_logging
+from pion.common.options import exit_on_config_error, exit_on_missing_extra
 from pion.llm.config import LlmConfig, load_config
-from pion.llm.engine import Engine
-from pion.llm.stores import MemorySegmentStore, PionSegmentStore, SegmentStore
+
+if TYPE_CHECKING:  # torch and friends (the [llm] extra) load only once the config is good
+    from pion.llm.engine import Engine
 
 logger = logging.getLogger("pion.llm")
 
@@ -25,7 +30,9 @@ def make_engine(config: LlmConfig) -> Engine:
     import torch
 
     from pion.client.runtimes.transformers_runtime import load_model
+    from pion.llm.engine import Engine
     from pion.llm.segments import ModelShape
+    from pion.llm.stores import MemorySegmentStore, PionSegmentStore, SegmentStore
 
     if config.threads > 0:
         torch.set_num_threads(config.threads)
@@ -44,13 +51,17 @@ def make_engine(config: LlmConfig) -> Engine:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import uvicorn
+    try:
+        config = load_config(argv)
+    except ConfigError as exc:
+        return exit_on_config_error("pion-llm", exc)
+    setup_logging(config.log_level)
+    try:
+        import uvicorn
 
-    from pion.llm.app import create_app
-
-    config = load_config(argv)
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from pion.llm.app import create_app
+    except ModuleNotFoundError as exc:
+        return exit_on_missing_extra("pion-llm", "llm", exc)
     shown = dataclasses.replace(config, pion_password="***") if config.pion_password else config
     logger.info("pion-llm %s", shown)
     app = create_app(config.model, config.max_queue, lambda: make_engine(config))

@@ -74,9 +74,21 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+def _unsupported(field: str, why: str) -> ValueError:
+    return ValueError(f"{field} is not supported by pion-llm ({why}); omit it")
+
+
 class ChatCompletionRequest(_Request):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, gt=0)
+    logprobs: bool | None = None
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: bool | None) -> bool | None:
+        if value:
+            raise _unsupported("logprobs", "no token log-probabilities are returned")
+        return value
 
     def effective_max_tokens(self) -> int:
         return self.max_completion_tokens or self.max_tokens or DEFAULT_MAX_TOKENS
@@ -87,9 +99,43 @@ class ChatCompletionRequest(_Request):
 
 
 class CompletionRequest(_Request):
+    """``/v1/completions``. Fields pion-llm would otherwise ignore are refused (400) when they ask
+    for something (``echo: true``, ``best_of > 1``, ``logprobs``, ``suffix``), like ``n > 1``."""
+
     prompt: str | list[str] | list[int]
     max_tokens: int | None = Field(default=16, gt=0)  # OpenAI's legacy default
     echo: bool = False
+    best_of: int | None = None
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, value: bool) -> bool:
+        if value:
+            raise _unsupported("echo", "the prompt is not repeated in the answer")
+        return value
+
+    @field_validator("best_of")
+    @classmethod
+    def _no_best_of(cls, value: int | None) -> int | None:
+        if value is not None and value != 1:
+            raise _unsupported("best_of other than 1", "one completion is generated per request")
+        return value
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: int | None) -> int | None:
+        if value is not None:
+            raise _unsupported("logprobs", "no token log-probabilities are returned")
+        return value
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> str | None:
+        if value:
+            raise _unsupported("suffix", "no text is inserted after the completion")
+        return value
 
     @field_validator("prompt")
     @classmethod

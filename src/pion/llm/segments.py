@@ -7,7 +7,8 @@ first message), then one segment per later message. The generation prompt the te
 request has at least one token to run. A raw completion prompt is cut into fixed-size token chunks.
 
 Each segment is tokenized on its own, so its token ids do not depend on what follows it. Its
-namespace is derived from its parent's namespace plus its own token ids::
+namespace is derived from its parent's namespace plus its own token ids (the chain derivation of
+``pion.client.namespaces``, shared with every other client)::
 
     root   = sha256("pion-llm|v1|<model_id>|<vquant>|L<n_layers>|D<kv_dim>")[:32]
     ns_0   = sha256(root + "|" + u32le(ids_0))[:32]
@@ -23,19 +24,17 @@ the layout of ``DynamicCache.layers[i].keys`` without the batch dimension.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-from pion.client.runtimes.transformers_kv import KvShape
+from pion.client.namespaces import chain_child, chain_root, model_identity
+from pion.client.runtimes.transformers_kv import KvShape, dynamic_cache
 from pion.codecs import get_codec
 from pion.common.ids import Namespace
 
-NAMESPACE_VERSION = "v1"
 # Raw completion prompts are cut into chunks of this many tokens (a chat has message boundaries).
 DEFAULT_CHUNK_TOKENS = 128
 
@@ -59,9 +58,7 @@ class ModelShape(KvShape):
     @classmethod
     def of(cls, model: Any) -> ModelShape:
         kv = KvShape.from_config(model.config)
-        cfg = model.config
-        model_id = str(getattr(model, "pion_model_id", None) or cfg.name_or_path or cfg.model_type)
-        return cls(kv.n_layers, kv.n_kv_heads, kv.head_dim, model_id=model_id)
+        return cls(kv.n_layers, kv.n_kv_heads, kv.head_dim, model_id=model_identity(model))
 
 
 @dataclass
@@ -110,14 +107,12 @@ class ChainLink:
 
 def root_namespace(shape: ModelShape, vquant: str) -> Namespace:
     """The lineage root for one model and storage format (never stored itself)."""
-    text = f"pion-llm|{NAMESPACE_VERSION}|{shape.model_id}|{vquant}|L{shape.n_layers}|D{shape.kv_dim}"
-    return Namespace(hashlib.sha256(text.encode()).hexdigest()[:32])
+    return chain_root(shape.model_id, vquant, shape.n_layers, shape.kv_dim)
 
 
 def child_namespace(parent: Namespace, ids: Sequence[int]) -> Namespace:
     """A segment's namespace: its parent's namespace plus its own token ids (u32 LE)."""
-    digest = hashlib.sha256(parent.encode() + b"|" + np.asarray(ids, dtype="<u4").tobytes())
-    return Namespace(digest.hexdigest()[:32])
+    return chain_child(parent, ids)
 
 
 def chain_links(root: Namespace, plan: PromptPlan) -> list[ChainLink]:
@@ -180,16 +175,15 @@ def cache_from_segments(model: Any, segments: Sequence[SegmentKV]) -> Any:
     """A ``DynamicCache`` holding the concatenated rows of ``segments`` (empty when there are none).
 
     Each layer is assembled once in a preallocated tensor: every segment's rows are converted to the
-    model's dtype and transposed in the same copy, then handed to ``DynamicCache.update``.
+    model's dtype and transposed in the same copy, then adopted by the cache (``dynamic_cache``, the
+    one assembly routine the prompt cache uses too).
     """
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    if not segments:
-        return cache
     param = next(model.parameters())
+    if not segments:
+        return dynamic_cache(model.config, [], param.dtype)
     n_layers, n_kv_heads, _, head_dim = segments[0].keys.shape
     n_total = sum(s.n_tokens for s in segments)
+    layers: list[tuple[torch.Tensor, torch.Tensor]] = []
     for layer in range(int(n_layers)):
         sides = []
         for pick in (lambda s: s.keys, lambda s: s.values):
@@ -199,8 +193,8 @@ def cache_from_segments(model: Any, segments: Sequence[SegmentKV]) -> Any:
                 dest[0, :, start:start + seg.n_tokens].copy_(pick(seg)[layer])
                 start += seg.n_tokens
             sides.append(dest.to(param.device))
-        cache.update(sides[0], sides[1], layer)
-    return cache
+        layers.append((sides[0], sides[1]))
+    return dynamic_cache(model.config, layers, param.dtype)
 
 
 def segment_from_cache(cache: Any, start: int, end: int) -> SegmentKV:

@@ -1,5 +1,9 @@
 """pion-serve's connection to the L1 cache in pion-server (AI.SEMANTIC_CACHE over RESP).
 
+The commands are spelled and their replies parsed by ``pion.client.commands`` (the same code
+``PionClient`` runs); this module only awaits them on an asyncio connection and decodes the
+stored JSON answer.
+
 Failure is not an error for the proxy: when pion-server cannot be reached every call
 returns "no hit" / "not stored", ``available`` turns False (``/v1/stats`` shows
 cache_enabled: false) and the next call after ``retry_s`` tries to reconnect, so the
@@ -11,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -21,7 +25,11 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.asyncio.retry import Retry
 
+from pion.client import commands
+from pion.client.commands import Command
 from pion.proxy.scope import ScopeKey
+
+T = TypeVar("T")
 
 # The first server-side embedding loads the model (seconds), so reads wait that long.
 READ_TIMEOUT_S = 60.0
@@ -97,19 +105,20 @@ class SemanticCacheClient:
                 self._mark_down(exc)
         return await self.ready()
 
-    async def _call(self, *args: Any) -> Any:
+    async def _call(self, command: Command[T]) -> T:
         if not await self.ready():
             raise RedisConnectionError("pion-server is down")
         try:
-            return await self._redis.execute_command(*args)
+            reply = await self._redis.execute_command(*command.args)
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             self._mark_down(exc)
             raise RedisConnectionError(str(exc)) from exc
+        return command.parse(reply)
 
     async def embed(self, text: str) -> str:
         """Run AI.EMBED once (loads the server's model): "ok", "down" or "refused"."""
         try:
-            await self._call("AI.EMBED", text)
+            await self._call(commands.ai_embed(text))
         except RedisConnectionError as exc:
             self.last_error = str(exc)
             return "down"
@@ -121,8 +130,8 @@ class SemanticCacheClient:
     async def embed_vectors(self, texts: list[str]) -> np.ndarray | None:
         """AI.EMBED ``texts`` -> (n, dim) float32 rows, or None when the server cannot embed."""
         try:
-            blobs = await self._call("AI.EMBED", *texts)
-            return np.stack([np.frombuffer(b, dtype="<f4").astype(np.float32) for b in blobs])
+            vectors = await self._call(commands.ai_embed(*texts))
+            return np.stack(vectors)
         except (RedisError, ValueError, TypeError) as exc:
             self.last_error = str(exc)
             return None
@@ -130,22 +139,10 @@ class SemanticCacheClient:
     async def server_stats(self) -> dict[str, Any] | None:
         """PION.STATS of the connected pion-server as a dict (None when it is down)."""
         try:
-            reply = await self._call("PION.STATS")
+            return await self._call(commands.pion_stats())
         except RedisError as exc:
             self.last_error = str(exc)
             return None
-        items = list(reply.items()) if isinstance(reply, dict) else list(zip(reply[::2], reply[1::2]))
-        out: dict[str, Any] = {}
-        for k, v in items:
-            key = k.decode() if isinstance(k, bytes) else str(k)
-            if isinstance(v, bytes):
-                v = v.decode(errors="replace")
-                try:
-                    v = float(v) if any(c in v for c in ".eE") else int(v)
-                except ValueError:
-                    pass
-            out[key] = v
-        return out
 
     async def get(self, scope: ScopeKey, text: str, threshold: float,
                   vector: np.ndarray | None = None) -> CacheHit | None:
@@ -161,44 +158,33 @@ class SemanticCacheClient:
         the proxy store the answer after a miss (SET ... VECTOR) without embedding the same
         text a second time.
         """
-        args: list[Any] = ["AI.SEMANTIC_CACHE", "GET", self.cache_name, scope, text, "THRESHOLD", str(threshold)]
-        if vector is not None:
-            args += ["VECTOR", vector.astype("<f4").tobytes()]
-        if want_vector:
-            args.append("WITHVECTOR")
-        args.append("WITHBEST")
+        command = commands.semantic_get(self.cache_name, scope, text, threshold=threshold, vector=vector,
+                                        with_vector=want_vector, with_best=True)
         try:
-            reply = await self._call(*args)
+            found = await self._call(command)
         except RedisError as exc:
             self.last_error = str(exc)
             return LookupReply()
-        if reply is None:
+        except ValueError as exc:
+            self.last_error = str(exc)
             return LookupReply()
-        query_vec: np.ndarray | None = None
-        best: float | None = None
+        if found.hit is None:
+            return LookupReply(None, found.best_similarity, found.vector)
         try:
-            if want_vector:
-                query_vec = np.frombuffer(reply[4], dtype="<f4").astype(np.float32)
-            best = float(reply[1]) if reply[1] is not None else None
-            if reply[0] is None:
-                return LookupReply(None, best, query_vec)
-            response = json.loads(reply[0])
-            meta = json.loads(reply[3]) if reply[3] is not None else {}
-            return LookupReply(CacheHit(response, float(reply[1]), int(reply[2]), meta), best, query_vec)
-        except (ValueError, IndexError, TypeError) as exc:
+            response = json.loads(found.hit.response)
+            meta = json.loads(found.hit.meta) if found.hit.meta is not None else {}
+        except ValueError as exc:
             self.last_error = f"malformed cache entry: {exc}"
-            return LookupReply(None, best, query_vec)
+            return LookupReply(None, found.best_similarity, found.vector)
+        hit = CacheHit(response, found.hit.similarity, found.hit.entry_id, meta)
+        return LookupReply(hit, found.best_similarity, found.vector)
 
     async def set(self, scope: ScopeKey, text: str, response: dict[str, Any], meta: dict[str, Any],
                   ttl_s: float | None, vector: np.ndarray | None = None) -> int | None:
-        args: list[Any] = ["AI.SEMANTIC_CACHE", "SET", self.cache_name, scope, text,
-                           json.dumps(response), "META", json.dumps(meta)]
-        if ttl_s is not None:
-            args += ["TTL", str(ttl_s)]
-        if vector is not None:
-            args += ["VECTOR", vector.astype("<f4").tobytes()]
+        command = commands.semantic_set(self.cache_name, scope, text, json.dumps(response), meta=json.dumps(meta),
+                                        ttl_s=ttl_s, vector=vector)
         try:
-            return int(await self._call(*args))
+            return await self._call(command)
         except (RedisError, ValueError, TypeError) as exc:
             self.last_error = str(exc)
             return None

@@ -1,17 +1,20 @@
 """pion-serve's one configuration object, built once from CLI flags and PION_SERVE_* env vars.
 
-Precedence: flag > environment (``PION_SERVE_<FLAG>``, e.g. PION_SERVE_BACKEND=ollama,
-PION_SERVE_CACHE_THRESHOLD=0.9) > default. Errors name the key and the bad value.
+Precedence: flag > environment (``PION_SERVE_<FIELD>``, e.g. PION_SERVE_BACKEND=ollama,
+PION_SERVE_CACHE_THRESHOLD=0.9, PION_SERVE_CACHE_ENABLED=0) > default. Loading is
+``pion.common.options`` (shared with pion-server and pion-llm); errors name the key and the bad value.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from pion.common.errors import ConfigError
+from pion.common.options import (Option, Parser, build_arg_parser, load_options, parse_bool, parse_choice,
+                                 parse_float, parse_int, parse_optional_text, parse_text)
+from pion.common.ports import DEFAULT_HOST, PION_LLM_PORT, PION_SERVE_PORT, PION_SERVER_PORT
 
 BACKENDS = ("pion", "openai", "vllm", "llamacpp", "max", "ollama", "claude", "gemini")
 EMBED_BACKENDS = ("auto", "pion", "sie", "ollama", "none")
@@ -25,10 +28,10 @@ class ServeConfig:
     backend: str = "pion"
     backend_url: str | None = None
     model: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8321
-    pion_host: str = "127.0.0.1"
-    pion_port: int = 1974
+    host: str = DEFAULT_HOST
+    port: int = PION_SERVE_PORT
+    pion_host: str = DEFAULT_HOST
+    pion_port: int = PION_SERVER_PORT
     pion_password: str | None = None
     cache_threshold: float = 0.85
     cache_enabled: bool = True
@@ -86,68 +89,58 @@ class ServeConfig:
         return self.cache_enabled and self.embed_backend != "none"
 
 
+def _parse_optional_float(key: str, text: str) -> float | None:
+    """A float, or None for an empty value (the flag's "auto")."""
+    return None if text.strip() == "" else parse_float()(key, text)
+
+
+def _opt(flags: tuple[str, ...], field: str, parse: Parser, help: str, switch: str | None = None) -> Option:
+    return Option(flags, field, parse, help, switch, env_prefix=ENV_PREFIX)
+
+
+# Environment names follow the field (PION_SERVE_CACHE_ENABLED=0 is what --no-cache sets).
+OPTIONS: list[Option] = [
+    _opt(("--backend",), "backend", parse_choice(*BACKENDS),
+         f"LLM backend (default: pion = pion-llm on {DEFAULT_HOST}:{PION_LLM_PORT})"),
+    _opt(("--backend-url",), "backend_url", parse_optional_text, "override the backend's base URL"),
+    _opt(("--model",), "model", parse_optional_text, "model passed to the backend (default: the client's model)"),
+    _opt(("--host",), "host", parse_text, f"bind address (default {DEFAULT_HOST})"),
+    _opt(("--port",), "port", parse_int(), f"listen port (default {PION_SERVE_PORT})"),
+    _opt(("--pion-host",), "pion_host", parse_text, f"pion-server host (default {DEFAULT_HOST})"),
+    _opt(("--pion-port",), "pion_port", parse_int(), f"pion-server port (default {PION_SERVER_PORT})"),
+    _opt(("--pion-password",), "pion_password", parse_optional_text, "pion-server AUTH password"),
+    _opt(("--cache-threshold",), "cache_threshold", parse_float(), "cosine threshold for L1 hits (default 0.85)"),
+    _opt(("--no-cache",), "cache_enabled", parse_bool, "pure proxy: no L1 cache", switch="no"),
+    _opt(("--no-guard",), "guard_enabled", parse_bool,
+         "serve every hit above the threshold (A/B only: serves wrong answers)", switch="no"),
+    _opt(("--cache-ttl",), "cache_ttl_s", parse_float(), "seconds a cached answer lives"),
+    _opt(("--ollama-url",), "ollama_url", parse_text, "Ollama URL for the ollama backend and embedding fallback"),
+    _opt(("--embed-backend",), "embed_backend", parse_choice(*EMBED_BACKENDS), "auto | pion | sie | ollama | none"),
+    _opt(("--sie-url",), "sie_url", parse_optional_text, "superlinked/sie base URL for embeddings"),
+    _opt(("--sie-model",), "sie_model", parse_text, "model sent to SIE /v1/embeddings"),
+    _opt(("--route",), "route", parse_bool, "intent routing: simple/medium/complex tiers", switch="yes"),
+    _opt(("--route-config",), "route_config", parse_optional_text,
+         "JSON file of tiers {backend, model, [base_url], [cost_per_mtok]}"),
+    _opt(("--route-margin",), "route_margin", parse_float(),
+         "centroid cosine margin for simple/complex (default 0.05)"),
+    _opt(("--distill",), "distill", parse_bool, "L3 concept + L3b fragment layers", switch="yes"),
+    _opt(("--l3-direct-threshold",), "l3_direct_threshold", _parse_optional_float,
+         "L3 direct threshold (default: auto-calibrated)"),
+    _opt(("--l3-composite-threshold",), "l3_composite_threshold", _parse_optional_float,
+         "L3 composite threshold (default: auto-calibrated)"),
+    _opt((), "cache_name", parse_text, "semantic-cache name in pion-server"),
+    _opt((), "ollama_embed_model", parse_text, "Ollama embedding model"),
+    _opt((), "backend_timeout_s", parse_float(0.0), "seconds to wait for a backend answer"),
+    _opt((), "pion_retry_s", parse_float(0.0), "seconds between reconnects to a down pion-server"),
+]
+DESCRIPTION = "OpenAI-compatible proxy with a semantic cache in pion-server."
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pion-serve", description="OpenAI-compatible proxy with a semantic cache in pion-server.")
-    p.add_argument("--backend", choices=BACKENDS, help="LLM backend (default: pion = pion-llm on 127.0.0.1:8322)")
-    p.add_argument("--backend-url", help="override the backend's base URL")
-    p.add_argument("--model", help="model passed to the backend (default: the client's model)")
-    p.add_argument("--host", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="listen port (default 8321)")
-    p.add_argument("--pion-host", help="pion-server host (default 127.0.0.1)")
-    p.add_argument("--pion-port", type=int, help="pion-server port (default 1974)")
-    p.add_argument("--pion-password", help="pion-server AUTH password")
-    p.add_argument("--cache-threshold", type=float, help="cosine threshold for L1 hits (default 0.85)")
-    p.add_argument("--no-cache", action="store_true", default=None, help="pure proxy: no L1 cache")
-    p.add_argument("--no-guard", action="store_true", default=None,
-                   help="serve every hit above the threshold (A/B only: serves wrong answers)")
-    p.add_argument("--cache-ttl", type=float, dest="cache_ttl_s", help="seconds a cached answer lives")
-    p.add_argument("--ollama-url", help="Ollama URL for the ollama backend and embedding fallback")
-    p.add_argument("--embed-backend", choices=EMBED_BACKENDS, help="auto | pion | sie | ollama | none")
-    p.add_argument("--sie-url", help="superlinked/sie base URL for embeddings")
-    p.add_argument("--sie-model", help="model sent to SIE /v1/embeddings")
-    p.add_argument("--route", action="store_true", default=None, help="intent routing: simple/medium/complex tiers")
-    p.add_argument("--route-config", help="JSON file of tiers {backend, model, [base_url], [cost_per_mtok]}")
-    p.add_argument("--route-margin", type=float, help="centroid cosine margin for simple/complex (default 0.05)")
-    p.add_argument("--distill", action="store_true", default=None, help="L3 concept + L3b fragment layers")
-    p.add_argument("--l3-direct-threshold", type=float, help="L3 direct threshold (default: auto-calibrated)")
-    p.add_argument("--l3-composite-threshold", type=float, help="L3 composite threshold (default: auto-calibrated)")
-    return p
-
-
-def _from_env(env: Mapping[str, str]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for f in fields(ServeConfig):
-        raw = env.get(ENV_PREFIX + f.name.upper())
-        if raw is None:
-            continue
-        kind = str(f.type)
-        try:
-            if "bool" in kind:
-                if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                    raise ValueError(raw)
-                out[f.name] = raw.lower() in ("1", "true", "yes", "on")
-            elif kind.startswith("int"):
-                out[f.name] = int(raw)
-            elif kind.startswith("float"):
-                out[f.name] = float(raw)
-            else:
-                out[f.name] = raw
-        except ValueError:
-            raise ConfigError(f"{ENV_PREFIX}{f.name.upper()}: bad value {raw!r}") from None
-    return out
+    """The argparse parser for ``pion-serve`` (values stay text until ``load_config``)."""
+    return build_arg_parser("pion-serve", DESCRIPTION, OPTIONS)
 
 
 def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> ServeConfig:
-    """Parse flags over environment over defaults into a ``ServeConfig``."""
-    args = build_parser().parse_args(argv)
-    values = _from_env(os.environ if env is None else env)
-    for name, value in vars(args).items():
-        if value is None:
-            continue
-        if name == "no_cache":
-            values["cache_enabled"] = not value
-        elif name == "no_guard":
-            values["guard_enabled"] = not value
-        else:
-            values[name] = value
-    return ServeConfig(**values)  # type: ignore[arg-type]
+    """Parse flags over environment over defaults into a ``ServeConfig``; raises ConfigError."""
+    return ServeConfig(**load_options("pion-serve", DESCRIPTION, OPTIONS, argv, env))

@@ -20,8 +20,10 @@ import uvloop
 
 from pion import __version__
 from pion.common.errors import ConfigError
+from pion.common.logs import setup_logging
+from pion.common.options import exit_on_config_error
 from pion.server.commands.table import build_table
-from pion.server.config import ServerConfig, load_config, python_log_level
+from pion.server.config import ServerConfig, load_config
 from pion.server.context import ServerState
 from pion.server.dispatcher import Dispatcher
 from pion.server.net import PionServer
@@ -30,10 +32,8 @@ log = logging.getLogger("pion.server")
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=python_log_level(level), stream=sys.stdout,
-        format=f"{os.getpid()}:M %(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
-        datefmt="%d %b %Y %H:%M:%S", force=True)
+    """The one Pion log setup (stderr, one format; ``pion.common.logs``)."""
+    setup_logging(level)
 
 
 async def serve(config: ServerConfig) -> int:
@@ -75,8 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(argv, version=__version__)
     except ConfigError as exc:
-        print(f"pion-server: {exc}", file=sys.stderr)
-        return 2
+        return exit_on_config_error("pion-server", exc)
     configure_logging(config.loglevel)
     return uvloop.run(serve(config))
 

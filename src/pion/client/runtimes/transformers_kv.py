@@ -12,6 +12,7 @@ transpose and the fp16→fp32 conversion in that same copy (see ``RestoredKv``).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,16 +104,32 @@ class RestoredKv:
     def to_cache(self, config: Any, device: torch.device, dtype: torch.dtype = torch.float32,
                  materialize: bool = False) -> Any:
         """A ``DynamicCache`` holding the prefix; see the class docstring for ``materialize``."""
-        from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
+        return dynamic_cache(config, self._layers(dtype, device, materialize), dtype)
 
-        cache = DynamicCache(config=config)
-        for i, (k, v) in enumerate(self._layers(dtype, device, materialize)):
-            layer = cache.layers[i] if i < len(cache.layers) else None
-            if type(layer) is DynamicLayer:
-                # update() would torch.cat onto an empty tensor, copying the whole prefix once more.
-                layer.lazy_initialization(k, v)
-                layer.keys, layer.values = k, v
-            else:
-                cache.update(k.to(dtype), v.to(dtype), i)
-        return cache
+    def stacked(self, side: str) -> torch.Tensor:
+        """One side as a new ``[n_layers, n_kv_heads, n_tokens, head_dim]`` tensor (pion-llm's segment layout)."""
+        layers = self.keys if side == "k" else self.values
+        if any(t is None for t in layers):
+            raise ValueError(f"restored prefix is missing layers of side {side}")
+        return torch.stack([t[0] for t in layers if t is not None])
+
+
+def dynamic_cache(config: Any, layers: Sequence[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype) -> Any:
+    """A ``DynamicCache`` adopting ``[1, H, N, D]`` K/V tensors per layer (the one assembly routine).
+
+    Plain layers adopt the tensors as they are (``update`` would ``torch.cat`` onto an empty tensor,
+    copying the whole prefix once more); other layer kinds (sliding window) go through ``update`` in
+    ``dtype``. The cache owns the tensors afterwards.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    for i, (k, v) in enumerate(layers):
+        layer = cache.layers[i] if i < len(cache.layers) else None
+        if type(layer) is DynamicLayer:
+            layer.lazy_initialization(k, v)
+            layer.keys, layer.values = k, v
+        else:
+            cache.update(k.to(dtype), v.to(dtype), i)
+    return cache

@@ -6,7 +6,14 @@ yields ``chat.completion.chunk`` dicts, ``models`` returns a ``list`` of models.
 
 Errors: ``BackendUnavailable`` when the backend cannot be reached (the proxy answers 502);
 ``BackendHTTPError`` when it answered with an error status (passed through, never
-cached). Connection errors are retried; nothing else is, because a request that reached
+cached) or with a 2xx body that is not a JSON object (502, the upstream status and the
+start of the body in the message; ``json_object``).
+
+Credentials, one rule for every backend (``Backend.credential``): the operator's key in
+the backend's environment variable (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
+``GEMINI_API_KEY``) wins; without one, the client's own credential header is forwarded.
+OpenAI SDK clients always send some ``Authorization`` (often a placeholder for a local
+proxy), so a configured operator key must not lose to it. Connection errors are retried; nothing else is, because a request that reached
 the backend may already have been billed.
 """
 
@@ -96,6 +103,24 @@ def stop_list(body: Mapping[str, Any]) -> list[str] | None:
     return None
 
 
+def json_object(response: httpx.Response, backend: str) -> dict[str, Any]:
+    """A 2xx response's body as a JSON object, or ``BackendHTTPError(502)`` naming the upstream status.
+
+    A proxy or load balancer in front of a backend may answer 200 with an HTML page; that must
+    reach the client as an OpenAI-shaped error, not as a 500 from a failed ``response.json()``.
+    """
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        start = response.text[:200].replace("\n", " ")
+        raise BackendHTTPError(502, openai_error(
+            f"backend '{backend}' answered HTTP {response.status_code} with a body that is not a JSON object: "
+            f"{start!r}", "backend_error", f"upstream_{response.status_code}"))
+    return data
+
+
 async def error_payload(response: httpx.Response) -> dict[str, Any]:
     """The backend's error body in OpenAI shape (wrapping non-OpenAI bodies)."""
     raw = await response.aread()
@@ -127,6 +152,20 @@ class Backend(ABC):
     @property
     def env_key(self) -> str | None:
         return os.environ.get(self.key_env) if self.key_env else None
+
+    def credential(self, client: Mapping[str, str], header: str, scheme: str = "") -> dict[str, str]:
+        """The credential header to send: the operator's key (``key_env``) if set, else the client's.
+
+        ``header`` is where this backend takes its key (``authorization``, ``x-api-key``,
+        ``x-goog-api-key``); ``scheme`` prefixes the operator key (``"Bearer "``). From the client,
+        ``header`` is forwarded if present, else its ``authorization``.
+        """
+        if self.env_key:
+            return {header: f"{scheme}{self.env_key}"}
+        for name in dict.fromkeys((header, "authorization")):
+            if client.get(name):
+                return {name: client[name]}
+        return {}
 
     @abstractmethod
     async def complete(self, body: dict[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:

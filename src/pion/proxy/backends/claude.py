@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, make_chunk,
+from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, json_object, make_chunk,
                                       make_completion, max_tokens_of, openai_error, sse_data,
                                       stop_list, text_of, usage_of)
 
@@ -27,14 +27,8 @@ class ClaudeBackend(Backend):
     key_env = "ANTHROPIC_API_KEY"
 
     def _headers(self, client: Mapping[str, str]) -> dict[str, str]:
-        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
-        if self.env_key:
-            headers["x-api-key"] = self.env_key
-        elif client.get("x-api-key"):
-            headers["x-api-key"] = client["x-api-key"]
-        elif client.get("authorization"):
-            headers["authorization"] = client["authorization"]
-        return headers
+        return {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION,
+                **self.credential(client, "x-api-key")}
 
     def _request(self, body: dict[str, Any], stream: bool) -> dict[str, Any]:
         system = "\n\n".join(text_of(m.get("content")) for m in body.get("messages", [])
@@ -56,7 +50,7 @@ class ClaudeBackend(Backend):
     async def complete(self, body: dict[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
         response = await self.send("POST", f"{self.base_url}/v1/messages", headers=self._headers(headers),
                                    json_body=self._request(body, False))
-        data = response.json()
+        data = json_object(response, self.name)
         content = "".join(b.get("text", "") for b in data.get("content", []) if b.get("type") == "text")
         usage = data.get("usage", {})
         return make_completion(str(data.get("model", body.get("model"))), content,
@@ -94,4 +88,4 @@ class ClaudeBackend(Backend):
     async def models(self, headers: Mapping[str, str]) -> dict[str, Any]:
         response = await self.send("GET", f"{self.base_url}/v1/models", headers=self._headers(headers))
         return {"object": "list", "data": [{"id": m.get("id", ""), "object": "model", "created": 0,
-                                             "owned_by": "anthropic"} for m in response.json().get("data", [])]}
+                                             "owned_by": "anthropic"} for m in json_object(response, self.name).get("data", [])]}

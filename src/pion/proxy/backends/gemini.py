@@ -10,7 +10,7 @@ import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, make_chunk,
+from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, json_object, make_chunk,
                                       make_completion, max_tokens_of, openai_error, sse_data,
                                       stop_list, text_of, usage_of)
 
@@ -33,14 +33,7 @@ class GeminiBackend(Backend):
     key_env = "GEMINI_API_KEY"
 
     def _headers(self, client: Mapping[str, str]) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
-        if self.env_key:
-            headers["x-goog-api-key"] = self.env_key
-        elif client.get("x-goog-api-key"):
-            headers["x-goog-api-key"] = client["x-goog-api-key"]
-        elif client.get("authorization"):
-            headers["authorization"] = client["authorization"]
-        return headers
+        return {"content-type": "application/json", **self.credential(client, "x-goog-api-key")}
 
     def _request(self, body: dict[str, Any]) -> dict[str, Any]:
         msgs = body.get("messages", [])
@@ -71,7 +64,7 @@ class GeminiBackend(Backend):
         model = str(body.get("model"))
         response = await self.send("POST", self._url(model, "generateContent"), headers=self._headers(headers),
                                    json_body=self._request(body))
-        data = response.json()
+        data = json_object(response, self.name)
         usage = data.get("usageMetadata", {})
         cands = data.get("candidates") or [{}]
         return make_completion(model, _text(data), _finish(cands[0].get("finishReason")) or "stop",
@@ -105,4 +98,4 @@ class GeminiBackend(Backend):
         response = await self.send("GET", f"{self.base_url}/v1beta/models", headers=self._headers(headers))
         return {"object": "list", "data": [{"id": str(m.get("name", "")).removeprefix("models/"),
                                              "object": "model", "created": 0, "owned_by": "google"}
-                                            for m in response.json().get("models", [])]}
+                                            for m in json_object(response, self.name).get("models", [])]}

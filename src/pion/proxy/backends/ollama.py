@@ -10,7 +10,7 @@ import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, make_chunk,
+from pion.proxy.backends.base import (Backend, BackendHTTPError, completion_id, json_object, make_chunk,
                                       make_completion, max_tokens_of, openai_error, stop_list,
                                       text_of, usage_of)
 
@@ -42,16 +42,16 @@ class OllamaBackend(Backend):
         return req
 
     async def complete(self, body: dict[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
-        response = await self.send("POST", f"{self.base_url}/api/chat", headers={},
+        response = await self.send("POST", f"{self.base_url}/api/chat", headers=self.credential(headers, "authorization"),
                                    json_body=self._request(body, False))
-        data = response.json()
+        data = json_object(response, self.name)
         content = text_of(data.get("message", {}).get("content"))
         return make_completion(str(data.get("model", body.get("model"))), content,
                                _finish(data.get("done_reason")),
                                usage_of(data.get("prompt_eval_count"), data.get("eval_count")))
 
     async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncGenerator[dict[str, Any], None]:
-        response = await self.send("POST", f"{self.base_url}/api/chat", headers={},
+        response = await self.send("POST", f"{self.base_url}/api/chat", headers=self.credential(headers, "authorization"),
                                    json_body=self._request(body, True), stream=True)
         cid, model, started = completion_id(), str(body.get("model")), False
         try:
@@ -77,7 +77,7 @@ class OllamaBackend(Backend):
             await response.aclose()
 
     async def models(self, headers: Mapping[str, str]) -> dict[str, Any]:
-        response = await self.send("GET", f"{self.base_url}/api/tags", headers={})
-        data = response.json()
+        response = await self.send("GET", f"{self.base_url}/api/tags", headers=self.credential(headers, "authorization"))
+        data = json_object(response, self.name)
         return {"object": "list", "data": [{"id": m.get("name", ""), "object": "model", "created": 0,
                                              "owned_by": "ollama"} for m in data.get("models", [])]}

@@ -1,7 +1,7 @@
 """Backends that already speak OpenAI chat completions: openai, vllm, llamacpp, max, pion.
 
 Requests pass through unchanged (model overridden when pion-serve has --model); the
-client's Authorization header wins over the environment key.
+credential follows the one rule in ``base`` (operator key first, else the client's).
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from pion.proxy.backends.base import Backend, BackendHTTPError, openai_error, sse_data
+from pion.common.ports import DEFAULT_HOST, PION_LLM_PORT
+from pion.proxy.backends.base import Backend, BackendHTTPError, json_object, sse_data
 
 # name -> (default base URL, API-key environment variable)
 DEFAULTS: dict[str, tuple[str, str]] = {
-    "pion": ("http://127.0.0.1:8322", ""),
+    "pion": (f"http://{DEFAULT_HOST}:{PION_LLM_PORT}", ""),
     "openai": ("https://api.openai.com", "OPENAI_API_KEY"),
     "vllm": ("http://127.0.0.1:8000", ""),
     "llamacpp": ("http://127.0.0.1:8080", ""),
@@ -32,24 +33,12 @@ class OpenAICompatBackend(Backend):
             self.base_url = self.base_url[:-3]
 
     def _headers(self, client: Mapping[str, str]) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
-        if client.get("authorization"):
-            headers["authorization"] = client["authorization"]
-        elif self.env_key:
-            headers["authorization"] = f"Bearer {self.env_key}"
-        return headers
+        return {"content-type": "application/json", **self.credential(client, "authorization", "Bearer ")}
 
     async def complete(self, body: dict[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
         response = await self.send("POST", f"{self.base_url}/v1/chat/completions",
                                    headers=self._headers(headers), json_body={**body, "stream": False})
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise BackendHTTPError(502, openai_error("backend sent a non-JSON completion",
-                                                     "backend_error")) from exc
-        if not isinstance(data, dict):
-            raise BackendHTTPError(502, openai_error("backend sent a malformed completion", "backend_error"))
-        return data
+        return json_object(response, self.name)
 
     async def stream(self, body: dict[str, Any], headers: Mapping[str, str]) -> AsyncGenerator[dict[str, Any], None]:
         response = await self.send("POST", f"{self.base_url}/v1/chat/completions",
@@ -71,4 +60,4 @@ class OpenAICompatBackend(Backend):
 
     async def models(self, headers: Mapping[str, str]) -> dict[str, Any]:
         response = await self.send("GET", f"{self.base_url}/v1/models", headers=self._headers(headers))
-        return dict(response.json())
+        return json_object(response, self.name)

