@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class MiniLMEmbedder:
         self._draining = False
         self.calls = 0
         self.texts_embedded = 0
+        self.load_s = 0.0  # how long the one-time model load took (0 until loaded)
 
     @property
     def loaded(self) -> bool:
@@ -55,6 +57,7 @@ class MiniLMEmbedder:
     def _load(self) -> Any:
         with self._load_lock:
             if self._model is None:
+                started = time.perf_counter()
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 import torch
@@ -63,7 +66,10 @@ class MiniLMEmbedder:
                 # no other server code uses torch, so the process-wide setting is ours
                 torch.set_num_threads(int(os.environ.get("PION_EMBED_THREADS", DEFAULT_THREADS)))
                 path = self._model_dir or default_model_dir()
-                self._model = SentenceTransformer(str(path), device="cpu")
+                model = SentenceTransformer(str(path), device="cpu")
+                model.encode(["warm up"], show_progress_bar=False)  # first-call kernel set-up is load work too
+                self._model = model
+                self.load_s = time.perf_counter() - started
             return self._model
 
     def encode(self, texts: list[str]) -> np.ndarray:
