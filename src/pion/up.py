@@ -292,5 +292,6 @@ def _banner(stack: Stack, args: argparse.Namespace, front: str) -> None:
         stack.say(f"pion-serve   http://127.0.0.1:{args.port}/v1   (OpenAI proxy with semantic cache)")
     stack.say("try:")
     stack.say(f"  curl -s {front}/v1/chat/completions -H 'Content-Type: application/json' "
-              f"-d '{{\"model\": \"{args.model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello!\"}}]}}'")
+              f"-d '{{\"model\": \"{args.model}\", \"messages\": [{{\"role\": \"user\", "
+              f"\"content\": \"What is the capital of France?\"}}]}}'")
     stack.say("Ctrl-C stops everything")

@@ -36,8 +36,10 @@ class LlmConfig:
     no_pion: bool = False
     no_prefix_cache: bool = False
     max_queue: int = 16
-    threads: int = 0
+    threads: int | None = None  # None: half the usable CPUs (pion.llm.main.torch_threads); 0: torch's default
     device: str | None = None
+    default_temperature: float | None = None  # None: the model's own default (see pion.llm.defaults)
+    default_top_p: float | None = None
     log_level: str = "info"
 
     @property
@@ -77,6 +79,20 @@ def _positive(kind: type[int] | type[float], key: str, minimum: float) -> Callab
     return parse
 
 
+def _in_range(key: str, low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{key}: expected a number, got {text!r}") from exc
+        if not (low < value if low_open else low <= value) or not value <= high:
+            bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"{key}: must be in {bound}, got {text!r}")
+        return value
+    parse.__name__ = "float"
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = LlmConfig()
     env = os.environ.get
@@ -103,8 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=_positive(int, "--max-queue", 0), default=env("PION_LLM_MAX_QUEUE", d.max_queue),
                    help="requests that may wait behind the running one; more get HTTP 429")
     p.add_argument("--threads", type=_positive(int, "--threads", 0), default=env("PION_LLM_THREADS", d.threads),
-                   help="torch CPU threads (0 = torch's default)")
+                   help="torch CPU threads (default: half the CPUs this process may use, at least 1, so one "
+                        "busy neighbour does not stall every op; 0 = torch's default, one per core)")
     p.add_argument("--device", default=env("PION_LLM_DEVICE", d.device), help="cpu or cuda (default: cuda if present)")
+    p.add_argument("--default-temperature", type=_in_range("--default-temperature", 0.0, 2.0),
+                   default=env("PION_LLM_DEFAULT_TEMPERATURE", d.default_temperature),
+                   help="temperature for requests that omit it (default: the model's generation config, "
+                        "else its model card's value, e.g. 0.2 for SmolLM2, else 1.0)")
+    p.add_argument("--default-top-p", type=_in_range("--default-top-p", 0.0, 1.0, low_open=True),
+                   default=env("PION_LLM_DEFAULT_TOP_P", d.default_top_p),
+                   help="top_p for requests that omit it (same fallbacks; 0.9 for SmolLM2)")
     p.add_argument("--log-level", default=env("PION_LLM_LOG_LEVEL", d.log_level),
                    choices=["debug", "info", "warning", "error"])
     return p

@@ -48,6 +48,7 @@ class ServerConfig:
     client_output_buffer_limit: int = 1024**3  # bytes queued for a client that is not reading
     slowlog_log_slower_than_us: int = 10_000  # -1 disables SLOWLOG, 0 records every command
     slowlog_max_len: int = 128  # SLOWLOG ring size (oldest entries drop off)
+    embed_threads: int = 1  # torch threads of the AI.* embedder; 0 = torch's default (docs/benchmarks.md)
     hz: int = 10  # active-expiry cycles per second
     appendfsync: str = "everysec"  # WAL fsync policy: always | everysec | no (Redis semantics)
     wal_max_bytes: int = 1024**3  # a background snapshot starts when the WAL passes this
@@ -180,6 +181,8 @@ OPTIONS: list[Option] = [
            "keep commands slower than this many microseconds in SLOWLOG (default 10000; -1 = off, 0 = all)"),
     Option(("--slowlog-max-len",), "slowlog_max_len", _int(0),
            "SLOWLOG ring size: entries kept, oldest dropped first (default 128)"),
+    Option(("--embed-threads",), "embed_threads", _int(0),
+           "torch CPU threads of the AI.* embedding model (default 1; 0 = torch's default, one per core)"),
     Option(("--hz",), "hz", _int(1, 500), "active-expiry cycles per second (default 10)"),
     Option(("--appendfsync",), "appendfsync", _appendfsync,
            "WAL fsync policy: always (reply after fsync) | everysec (default) | no"),

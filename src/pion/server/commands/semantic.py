@@ -56,7 +56,7 @@ MAX_EMBED_TEXTS = 256
 def setup(state: ServerState) -> None:
     """Attach an empty cache store and a (not yet loaded) embedder."""
     state.components.setdefault(COMPONENT, SemanticCacheStore())
-    state.components.setdefault(EMBEDDER, MiniLMEmbedder())
+    state.components.setdefault(EMBEDDER, MiniLMEmbedder(threads=state.config.embed_threads or None))
 
 
 def shutdown(state: ServerState) -> None:

@@ -19,9 +19,6 @@ import numpy as np
 
 EMBED_DIM = 384
 MAX_BATCH = 64
-# Torch intra-op threads for the embedder (PION_EMBED_THREADS). One by default: on shared
-# cores two contended threads measured 1.5 s per short text against 62 ms for one.
-DEFAULT_THREADS = 1
 
 
 def default_model_dir() -> Path:
@@ -38,9 +35,13 @@ class MiniLMEmbedder:
     thread (and offline scripts such as the eval) use. Thread-safe: one model, one lock.
     """
 
-    def __init__(self, model_dir: Path | None = None, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, model_dir: Path | None = None, max_batch: int = MAX_BATCH,
+                 threads: int | None = None) -> None:
+        """``threads``: torch intra-op threads, set when the model loads; None leaves torch's setting
+        (the entry point decides: pion-server's ``--embed-threads``, default 1)."""
         self._model_dir = model_dir
         self._max_batch = max_batch
+        self._threads = threads
         self._model: Any = None
         self._load_lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pion-embed")
@@ -63,8 +64,8 @@ class MiniLMEmbedder:
                 import torch
                 from sentence_transformers import SentenceTransformer
 
-                # no other server code uses torch, so the process-wide setting is ours
-                torch.set_num_threads(int(os.environ.get("PION_EMBED_THREADS", DEFAULT_THREADS)))
+                if self._threads:  # no other server code uses torch, so the process-wide setting is ours
+                    torch.set_num_threads(self._threads)
                 path = self._model_dir or default_model_dir()
                 model = SentenceTransformer(str(path), device="cpu")
                 model.encode(["warm up"], show_progress_bar=False)  # first-call kernel set-up is load work too
