@@ -14,6 +14,7 @@ from pion.llm.defaults import (
 from pion.llm.schemas import ChatCompletionRequest
 
 CARD = "SmolLM2 model card (huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)"
+EVAL = "pion eval, greedy beat the card's 0.2 on dev (docs/benchmarks.md)"
 
 
 class _Model:
@@ -23,8 +24,8 @@ class _Model:
         self.generation_config = config
 
 
-def test_smollm2_gets_its_model_card_values_when_its_generation_config_sets_none() -> None:
-    assert resolve_generation_defaults("smollm2-135m", {}) == GenerationDefaults(0.2, 0.9, CARD, CARD)
+def test_smollm2_gets_greedy_and_its_model_cards_top_p_when_its_generation_config_sets_none() -> None:
+    assert resolve_generation_defaults("smollm2-135m", {}) == GenerationDefaults(0.0, 0.9, EVAL, CARD)
 
 
 def test_the_models_generation_config_wins_over_the_table_value_by_value() -> None:

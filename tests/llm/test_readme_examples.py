@@ -1,8 +1,8 @@
 """Every curl example in README.md, run against a real `pion up` stack, prints a correct answer.
 
 A new user's first request is the README's; with OpenAI's temperature 1.0 SmolLM2 answered
-"What is the capital of France?" with noise. Each example runs a few times, since the default
-sampling is not greedy.
+"What is the capital of France?" with noise. Each example runs a few times: the repeats go through
+the prefix cache (pion-llm) and the semantic cache (pion-serve) and must answer the same way.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ RUNS_PER_EXAMPLE = 3
 # an entry here fails the test, so the README cannot grow an unchecked example.
 EXPECTED = {
     "What is the capital of France?": "Paris",
-    "What is the capital city of France?": "Paris",
+    "Which city is the capital of France?": "Paris",
 }
 
 
