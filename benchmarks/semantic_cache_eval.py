@@ -43,7 +43,7 @@ def load_pairs(split: str) -> list[dict]:
 def cosines(pairs: list[dict]) -> np.ndarray:
     from pion.server.semantic.embedder import MiniLMEmbedder
 
-    embedder = MiniLMEmbedder()
+    embedder = MiniLMEmbedder(threads=1)
     texts = sorted({p["a"] for p in pairs} | {p["b"] for p in pairs})
     vecs = dict(zip(texts, embedder.encode(texts), strict=True))
     return np.array([float(vecs[p["a"]] @ vecs[p["b"]]) for p in pairs])

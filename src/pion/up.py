@@ -3,8 +3,11 @@
 Starts, in order, pion-server, pion-llm (SmolLM2 on the prefix cache) and pion-serve in front of
 it, waiting for each to be healthy before the next (a progress line while the model loads). Each
 child runs in its own process group with stdout/stderr piped back and printed with a per-service
-prefix. Ctrl-C / SIGTERM (or any child dying) stops the children in reverse order: SIGTERM to the
-group, then SIGKILL to whatever is left of it after a grace period, so nothing is orphaned.
+prefix. Ctrl-C / SIGTERM / SIGHUP, a closed stdout (``pion up | tee log`` when tee is gone) or
+any child dying stops the children in reverse order: SIGTERM to the group, then SIGKILL to
+whatever is left of it after a grace period. If ``pion up`` itself is killed (SIGKILL, a crash)
+and runs no cleanup, the kernel sends each child SIGTERM (``PR_SET_PDEATHSIG``, see
+``pion.common.lifeline``). So no child outlives ``pion up``, however it ends.
 
 pion-serve is optional: when ``pion.proxy.main`` cannot be imported or does not become healthy,
 the other two keep running and ``pion up`` says so.
@@ -16,6 +19,7 @@ import argparse
 import contextlib
 import importlib.util
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -28,6 +32,7 @@ from typing import IO
 
 import httpx
 
+from pion.common.lifeline import die_with_parent
 from pion.common.ports import PION_LLM_PORT, PION_SERVE_PORT, PION_SERVER_PORT
 
 GRACE_S = 10.0
@@ -46,15 +51,16 @@ class Service:
     pump: threading.Thread | None = None
     recent: list[str] = field(default_factory=list)
 
-    def start(self, out: IO[str], env: dict[str, str]) -> None:
+    def start(self, out: Console, env: dict[str, str]) -> None:
         # A new session = a new process group: the terminal's Ctrl-C reaches only `pion up`, which
-        # then stops each group in order, grandchildren included.
+        # then stops each group in order, grandchildren included. The lifeline covers `pion up` dying
+        # without running that cleanup (called from the main thread: see pion.common.lifeline).
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
         self.pump = threading.Thread(target=self._forward, args=(out,), daemon=True)
         self.pump.start()
 
-    def _forward(self, out: IO[str]) -> None:
+    def _forward(self, out: Console) -> None:
         assert self.proc is not None and self.proc.stdout is not None  # noqa: S101 - set by start()
         width = 12
         for raw in iter(self.proc.stdout.readline, b""):
@@ -62,8 +68,8 @@ class Service:
             # tqdm redraws with carriage returns; keep only the latest state of the line.
             line = line.rsplit("\r", 1)[-1]
             self.recent = (self.recent + [line])[-20:]
-            with contextlib.suppress(ValueError):
-                print(f"{self.name:<{width}}| {line}", file=out, flush=True)
+            # Keeps reading after our stdout closed, so a child never blocks on a full pipe.
+            out.line(f"{self.name:<{width}}| {line}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -122,17 +128,61 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Console:
+    """``pion up``'s output. A reader that went away (EPIPE) stops the stack instead of killing
+    the supervisor mid-cleanup: every write is guarded, and ``reader_gone`` notices a closed
+    pipe even while nothing is being written (poll reports POLLERR on a pipe with no reader)."""
+
+    def __init__(self, stream: IO[str], on_closed: Callable[[], None]) -> None:
+        self.stream = stream
+        self.on_closed = on_closed
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):  # BrokenPipeError, or a stream closed under us
+                self._mark_closed()
+
+    def reader_gone(self) -> bool:
+        if not self.closed:
+            try:
+                fd = self.stream.fileno()
+            except (OSError, ValueError):
+                return False  # not a file (a StringIO in tests): nothing to poll
+            poller = select.poll()
+            poller.register(fd, 0)  # POLLERR/POLLHUP are always reported
+            if any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, ev in poller.poll(0)):
+                with self._lock:
+                    self._mark_closed()
+        return self.closed
+
+    def _mark_closed(self) -> None:
+        self.closed = True
+        with contextlib.suppress(OSError, ValueError):
+            # Point the dead fd at /dev/null so the interpreter's last flush does not raise at exit.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        self.on_closed()
+
+
 class Stack:
     """The running services and the signal-driven shutdown."""
 
-    def __init__(self, out: IO[str]) -> None:
-        self.out = out
+    def __init__(self, stream: IO[str]) -> None:
         self.services: list[Service] = []
         self.stopping = threading.Event()
+        self.out = Console(stream, self.stopping.set)
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
     def say(self, text: str) -> None:
-        print(f"{'pion up':<12}| {text}", file=self.out, flush=True)
+        self.out.line(f"{'pion up':<12}| {text}")
 
     def launch(self, service: Service, wait_s: float, progress: bool = False) -> bool:
         """Start ``service`` and wait until healthy; False if it died, timed out or we are stopping."""
@@ -140,7 +190,7 @@ class Stack:
         service.start(self.out, self.env)
         started = time.monotonic()
         last_note = 0.0
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and not self.out.reader_gone():
             if service.health():
                 self.say(f"{service.name} ready ({time.monotonic() - started:.1f} s)")
                 return True
@@ -161,12 +211,15 @@ class Stack:
         for service in reversed(self.services):
             if service.alive():
                 self.say(f"stopping {service.name}")
-            service.stop()
+            try:
+                service.stop()
+            except Exception as exc:  # noqa: BLE001 - one failure must not leave the others running
+                self.say(f"stopping {service.name} failed: {exc}")
         self.services = []
 
     def watch(self) -> int:
         """Block until a signal or a child exits; returns the exit code for `pion up`."""
-        while not self.stopping.wait(0.5):
+        while not self.stopping.wait(0.5) and not self.out.reader_gone():
             for service in self.services:
                 if not service.alive():
                     code = service.proc.returncode if service.proc else None
@@ -189,7 +242,9 @@ def serve_available() -> bool:
 def run(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stack = Stack(out or sys.stdout)
-    previous = {sig: signal.signal(sig, lambda *_: stack.stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP: the terminal closed. The children have their own sessions, so only we get it.
+    previous = {sig: signal.signal(sig, lambda *_: stack.stopping.set())
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     pw = ["--requirepass", args.pion_password] if args.pion_password else []
     pion_pw = ["--pion-password", args.pion_password] if args.pion_password else []
     try:
@@ -238,5 +293,6 @@ def _banner(stack: Stack, args: argparse.Namespace, front: str) -> None:
         stack.say(f"pion-serve   http://127.0.0.1:{args.port}/v1   (OpenAI proxy with semantic cache)")
     stack.say("try:")
     stack.say(f"  curl -s {front}/v1/chat/completions -H 'Content-Type: application/json' "
-              f"-d '{{\"model\": \"{args.model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello!\"}}]}}'")
+              f"-d '{{\"model\": \"{args.model}\", \"messages\": [{{\"role\": \"user\", "
+              f"\"content\": \"What is the capital of France?\"}}]}}'")
     stack.say("Ctrl-C stops everything")

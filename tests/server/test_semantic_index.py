@@ -113,7 +113,7 @@ def test_concurrent_embeds_share_model_calls_and_match_single_encodes() -> None:
 
     from pion.server.semantic.embedder import MiniLMEmbedder
 
-    embedder = MiniLMEmbedder()
+    embedder = MiniLMEmbedder(threads=1)
     texts = [f"question number {i}" for i in range(6)]
 
     async def run() -> list[np.ndarray]:

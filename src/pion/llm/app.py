@@ -251,7 +251,7 @@ async def _respond(worker: ModelWorker, metrics: LlmMetrics, request: Request, e
                        f"{plan.n_tokens} and max_tokens asks for {body.effective_max_tokens()} more",
                        param="messages" if chat_mode else "prompt", code="context_length_exceeded")
     try:
-        job = worker.submit(plan, body.sampling())
+        job = worker.submit(plan, body.sampling(engine.generation_defaults))
     except ApiError as exc:
         metrics.requests.labels(endpoint, str(exc.status)).inc()
         raise

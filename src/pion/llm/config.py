@@ -40,8 +40,10 @@ class LlmConfig:
     no_pion: bool = False
     no_prefix_cache: bool = False
     max_queue: int = 16
-    threads: int = 0
+    threads: int | None = None  # None: half the usable CPUs (pion.llm.main.torch_threads); 0: torch's default
     device: str | None = None
+    default_temperature: float | None = None  # None: the model's own default (see pion.llm.defaults)
+    default_top_p: float | None = None
     log_level: str = "info"
 
     @property
@@ -71,6 +73,17 @@ def _vquant(key: str, text: str) -> str:
     return text
 
 
+def _in_range(low: float, high: float, low_open: bool = False) -> Parser:
+    """A number in [low, high] (or (low, high] with ``low_open``); the sampling-default flags."""
+    def parse(key: str, text: str) -> float:
+        value = parse_float()(key, text)
+        if not (low < value if low_open else low <= value) or not value <= high:
+            bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+            raise ConfigError(f"{key}: must be in {bound}, got {text!r}")
+        return value
+    return parse
+
+
 OPTIONS: list[Option] = [
     _opt(("--model",), "model", parse_text,
          "smollm2-135m (embedded), a local HF directory or a .gguf; also the served model id"),
@@ -88,7 +101,14 @@ OPTIONS: list[Option] = [
          "switch prefix reuse off: every request prefills its whole prompt", "yes"),
     _opt(("--max-queue",), "max_queue", parse_int(0),
          "requests that may wait behind the running one; more get HTTP 429 (default 16)"),
-    _opt(("--threads",), "threads", parse_int(0), "torch CPU threads (0 = torch's default)"),
+    _opt(("--threads",), "threads", parse_int(0),
+         "torch CPU threads (default: half the CPUs this process may use, at least 1, so one busy "
+         "neighbour does not stall every op; 0 = torch's default, one per core)"),
+    _opt(("--default-temperature",), "default_temperature", _in_range(0.0, 2.0),
+         "temperature for requests that omit it (default: the model's generation config, else its "
+         "per-model table entry, e.g. 0 for SmolLM2, else 1.0)"),
+    _opt(("--default-top-p",), "default_top_p", _in_range(0.0, 1.0, low_open=True),
+         "top_p for requests that omit it (same fallbacks; 0.9 for SmolLM2)"),
     _opt(("--device",), "device", parse_optional_text, "cpu or cuda (default: cuda if present)"),
     _opt(("--log-level",), "log_level", parse_choice("debug", "info", "warning", "error"),
          "debug | info (default) | warning | error"),

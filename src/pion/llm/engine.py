@@ -22,6 +22,7 @@ from typing import Any
 
 from pion.client.runtimes.transformers_runtime import GenerationStep, generate_steps
 from pion.llm.budget import LruLeafBudget
+from pion.llm.defaults import GenerationDefaults
 from pion.llm.segments import (
     ChainLink,
     ModelShape,
@@ -119,7 +120,8 @@ class Engine:
     """The loaded model plus the segment store; used from one worker thread only."""
 
     def __init__(self, model: Any, tokenizer: Any, model_name: str, store: SegmentStore | None,
-                 vquant: str = "fp16", budget_bytes: int | None = None) -> None:
+                 vquant: str = "fp16", budget_bytes: int | None = None,
+                 generation_defaults: GenerationDefaults | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -129,6 +131,8 @@ class Engine:
         self.budget = LruLeafBudget(budget_bytes)
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.prefill_ms_by_ns: dict[str, float] = {}
+        # What a request that omits temperature / top_p gets (pion.llm.defaults).
+        self.generation_defaults = generation_defaults or GenerationDefaults()
 
     @property
     def reuse_enabled(self) -> bool:

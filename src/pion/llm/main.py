@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -25,17 +26,37 @@ logger = logging.getLogger("pion.llm")
 GRACEFUL_SHUTDOWN_S = 3
 
 
+def torch_threads(requested: int | None) -> int | None:
+    """The intra-op thread count pion-llm runs with; None leaves torch's default (one per core).
+
+    Default (``requested`` None): half the CPUs this process may run on, at least 1. torch's own
+    default oversubscribes as soon as anything else is busy: on 2 cores beside one busy process, 2
+    threads ran a 37 + 30 token request in 56 s against 1.6 s idle (docs/benchmarks.md, "Thread
+    thrash"). Half the cores leaves room for pion-server, its embedder and a neighbour.
+    """
+    if requested == 0:
+        return None
+    if requested is not None:
+        return requested
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, usable // 2)
+
+
 def make_engine(config: LlmConfig) -> Engine:
     """Load the model and connect the segment store the config asks for (runs in a thread)."""
     import torch
 
     from pion.client.runtimes.transformers_runtime import load_model
+    from pion.llm.defaults import generation_config_values, resolve_generation_defaults
     from pion.llm.engine import Engine
     from pion.llm.segments import ModelShape
     from pion.llm.stores import MemorySegmentStore, PionSegmentStore, SegmentStore
 
-    if config.threads > 0:
-        torch.set_num_threads(config.threads)
+    threads = torch_threads(config.threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    logger.info("torch CPU threads: %d%s", torch.get_num_threads(),
+                " (--threads to change)" if config.threads is None else "")
     logger.info("loading model %s", config.model)
     model, tokenizer = load_model(config.model, device=config.device)
     store: SegmentStore | None = None
@@ -44,10 +65,15 @@ def make_engine(config: LlmConfig) -> Engine:
     elif config.cache_mode == "pion-server":
         store = PionSegmentStore(ModelShape.of(model), config.vquant, config.pion_host, config.pion_port,
                                  config.pion_password)
+    defaults = resolve_generation_defaults(getattr(model, "pion_model_id", config.model),
+                                           generation_config_values(model), config.default_temperature,
+                                           config.default_top_p)
+    logger.info("requests that omit them get %s", defaults.describe())
     budget = config.budget_bytes
     logger.info("prefix cache: %s%s", config.cache_mode,
                 f", budget {budget / 1024**3:.3f} GiB" if budget is not None and store is not None else "")
-    return Engine(model, tokenizer, config.model, store, config.vquant, budget if store is not None else None)
+    return Engine(model, tokenizer, config.model, store, config.vquant, budget if store is not None else None,
+                  generation_defaults=defaults)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pion.llm.defaults import GenerationDefaults
 from pion.llm.engine import SamplingParams
 
 DEFAULT_MAX_TOKENS = 256
@@ -26,8 +27,9 @@ class _Request(BaseModel):
 
     model: str
     max_tokens: int | None = Field(default=None, gt=0)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    # None (omitted or null): the served model's default, see pion.llm.defaults.
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
     seed: int | None = None
     n: int = Field(default=1, ge=1, le=1)
@@ -42,10 +44,13 @@ class _Request(BaseModel):
             raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
         return value
 
-    def sampling(self) -> SamplingParams:
+    def sampling(self, defaults: GenerationDefaults) -> SamplingParams:
+        """The request's decoding settings, with ``defaults`` for what it left out."""
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        return SamplingParams(max_tokens=self.effective_max_tokens(), temperature=self.temperature,
-                              top_p=self.top_p, stop=tuple(s for s in stops if s), seed=self.seed)
+        temperature = defaults.temperature if self.temperature is None else self.temperature
+        top_p = defaults.top_p if self.top_p is None else self.top_p
+        return SamplingParams(max_tokens=self.effective_max_tokens(), temperature=temperature,
+                              top_p=top_p, stop=tuple(s for s in stops if s), seed=self.seed)
 
     def effective_max_tokens(self) -> int:
         return self.max_tokens or DEFAULT_MAX_TOKENS

@@ -49,7 +49,9 @@ class ServerConfig:
     proto_max_bulk_len: int = 512 * 1024**2
     client_query_buffer_limit: int = 1024**3  # bytes of one request still being received
     client_output_buffer_limit: int = 1024**3  # bytes queued for a client that is not reading
-    slowlog_log_slower_than_us: int = 10_000  # -1 disables the slow-command log
+    slowlog_log_slower_than_us: int = 10_000  # -1 disables SLOWLOG, 0 records every command
+    slowlog_max_len: int = 128  # SLOWLOG ring size (oldest entries drop off)
+    embed_threads: int = 1  # torch threads of the AI.* embedder; 0 = torch's default (docs/benchmarks.md)
     hz: int = 10  # active-expiry cycles per second
     appendfsync: str = "everysec"  # WAL fsync policy: always | everysec | no (Redis semantics)
     wal_max_bytes: int = 1024**3  # a background snapshot starts when the WAL passes this
@@ -95,7 +97,11 @@ OPTIONS: list[Option] = [
     Option(("--client-output-buffer-limit",), "client_output_buffer_limit", parse_byte_size,
            "disconnect a client whose unsent replies exceed this (default 1gb; 0 = no limit)"),
     Option(("--slowlog-log-slower-than",), "slowlog_log_slower_than_us", parse_int(-1),
-           "log commands slower than this many microseconds (default 10000; -1 = off)"),
+           "keep commands slower than this many microseconds in SLOWLOG (default 10000; -1 = off, 0 = all)"),
+    Option(("--slowlog-max-len",), "slowlog_max_len", parse_int(0),
+           "SLOWLOG ring size: entries kept, oldest dropped first (default 128)"),
+    Option(("--embed-threads",), "embed_threads", parse_int(0),
+           "torch CPU threads of the AI.* embedding model (default 1; 0 = torch's default, one per core)"),
     Option(("--hz",), "hz", parse_int(1, 500), "active-expiry cycles per second (default 10)"),
     Option(("--appendfsync",), "appendfsync", parse_choice("always", "everysec", "no"),
            "WAL fsync policy: always (reply after fsync) | everysec (default) | no"),

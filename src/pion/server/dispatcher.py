@@ -7,8 +7,8 @@ own arguments. Sync handlers are run and encoded inline (the hot path of a pipel
 makes ``execute`` return a coroutine the network layer awaits *before* it parses the
 next request from that client, which keeps replies in request order under pipelining.
 
-Commands slower than ``slowlog_log_slower_than_us`` are logged like Redis's SLOWLOG
-(``log_slow``; the network layer times sync commands, ``_run_async`` times async ones).
+Commands slower than ``slowlog_log_slower_than_us`` go to the SLOWLOG ring (``log_slow``;
+the network layer times sync commands, ``_run_async`` times async ones), not to the log.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pion.server.commands.spec import CommandSpec, Handler
 from pion.server.context import CommandContext
 from pion.server.resp.encoder import BULK_HEADS, OK_BYTES, encode_error, encode_reply
 from pion.server.resp.replies import OK
+from pion.server.slowlog import DEFAULT_MAX_LEN, SlowLogRing, take_untimed_s
 
 log = logging.getLogger("pion.server.dispatcher")
 
@@ -80,7 +81,7 @@ class Dispatcher:
     """Runs commands from a joined command table for every connection of one worker."""
 
     def __init__(self, specs: dict[str, CommandSpec], requirepass: str | None,
-                 slowlog_us: int) -> None:
+                 slowlog_us: int, slowlog_max_len: int = DEFAULT_MAX_LEN) -> None:
         self.specs = specs
         self._lookup: dict[bytes, _Entry] = {}
         for name, spec in specs.items():
@@ -102,6 +103,7 @@ class Dispatcher:
         self.last_entry: _Entry = self._unattributed
         # Sync commands are timed by the caller (one clock read per command in a batch).
         self.slow_s = slowlog_us / 1e6 if slowlog_us >= 0 else float("inf")
+        self.slowlog = SlowLogRing(slowlog_us, slowlog_max_len)  # read by SLOWLOG (commands/slowlog.py)
         # Set by the persistence family: after a write command, None (reply now) or an
         # awaitable that completes once its WAL records are fsynced (appendfsync always).
         self.write_barrier: Callable[[], Awaitable[None] | None] | None = None
@@ -195,7 +197,8 @@ class Dispatcher:
             out.append(encode_error("ERR", _ERR_INTERNAL.format(entry.lname)))
         if is_write and self.track_writes and start >= 0:
             ctx.client.write_marks.append((start, len(out)))
-        elapsed = _perf_counter() - started
+        # Time the handler spent waiting on start-up work (a model load) is not the command's.
+        elapsed = _perf_counter() - started - take_untimed_s()
         entry.seconds += elapsed
         if elapsed > self.slow_s:
             self.log_slow(ctx, request, elapsed)
@@ -231,11 +234,7 @@ class Dispatcher:
             entry.seconds = 0.0
         self.error_counts.clear()
 
-    @staticmethod
-    def log_slow(ctx: CommandContext, request: list[Any], elapsed_s: float) -> None:
-        shown = " ".join(clip_for_echo(a)[:32] if isinstance(a, bytes) else str(a)
-                         for a in request[:8])
-        if len(request) > 8:
-            shown += f" ... ({len(request) - 8} more arguments)"
-        log.warning("slow command: %.3f ms id=%d addr=%s: %s", elapsed_s * 1e3,
-                    ctx.client.client_id, ctx.client.addr, shown)
+    def log_slow(self, ctx: CommandContext, request: list[Any], elapsed_s: float) -> None:
+        """Record a command that took ``elapsed_s`` (already over ``slow_s``) in the SLOWLOG ring."""
+        client = ctx.client
+        self.slowlog.record(request, elapsed_s, client.addr, client.name)

@@ -40,7 +40,8 @@ async def serve(config: ServerConfig) -> int:
     """Run one worker until SIGTERM/SIGINT; returns the process exit code."""
     state = ServerState(config=config, started_at=time.time())
     table = build_table()
-    dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us)
+    dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us,
+                            config.slowlog_max_len)
     server = PionServer(state, dispatcher)
     state.components["table"] = table
     state.components["clients"] = server.clients

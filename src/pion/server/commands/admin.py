@@ -363,6 +363,7 @@ def _config_view(ctx: CommandContext) -> dict[str, str]:
         "maxmemory": str(cfg.maxmemory), "maxclients": str(cfg.maxclients),
         "proto-max-bulk-len": str(cfg.proto_max_bulk_len),
         "slowlog-log-slower-than": str(cfg.slowlog_log_slower_than_us),
+        "slowlog-max-len": str(cfg.slowlog_max_len),
         "hz": str(cfg.hz), "databases": "1", "save": "",
         "appendonly": "yes", "appendfsync": cfg.appendfsync,  # the WAL is always on
         "wal-max-bytes": str(cfg.wal_max_bytes),

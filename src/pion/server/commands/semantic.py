@@ -46,6 +46,7 @@ from pion.server.context import CommandContext, ServerState
 from pion.server.receipt import receipt_of
 from pion.server.semantic.cache import DEFAULT_THRESHOLD, SemanticCacheStore
 from pion.server.semantic.embedder import MiniLMEmbedder
+from pion.server.slowlog import exclude_from_slowlog
 
 COMPONENT = "semantic"
 EMBEDDER = "semantic_embedder"
@@ -55,7 +56,7 @@ MAX_EMBED_TEXTS = 256
 def setup(state: ServerState) -> None:
     """Attach an empty cache store and a (not yet loaded) embedder."""
     state.components.setdefault(COMPONENT, SemanticCacheStore())
-    state.components.setdefault(EMBEDDER, MiniLMEmbedder())
+    state.components.setdefault(EMBEDDER, MiniLMEmbedder(threads=state.config.embed_threads or None))
 
 
 def shutdown(state: ServerState) -> None:
@@ -75,6 +76,7 @@ def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
         ("embedder_model", "all-MiniLM-L6-v2"),
         ("embedder_loaded", int(embedder.loaded)),
         ("embedder_texts", embedder.texts_embedded),
+        ("embedder_load_ms", round(embedder.load_s * 1000.0, 3)),  # start-up work, kept out of SLOWLOG
     ]}
 
 
@@ -110,8 +112,13 @@ def _text(arg: bytes, what: str) -> str:
 
 
 async def _embed(ctx: CommandContext, texts: list[str]) -> np.ndarray:
+    embedder = _embedder_of(ctx.server)
+    loaded_before = embedder.loaded
     try:
-        return await _embedder_of(ctx.server).embed(texts)
+        vecs = await embedder.embed(texts)
+        if not loaded_before:  # the model loaded while we waited: start-up work, not this command
+            exclude_from_slowlog(embedder.load_s)
+        return vecs
     except Exception as exc:  # model missing or broken: the client gets a clear error
         raise CommandError(f"embedding model failed: {clip_for_echo(str(exc))}") from exc
 

@@ -28,6 +28,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.vstore",
     "pion.server.commands.kvprefix",
     "pion.server.commands.semantic",
+    "pion.server.commands.slowlog",
     # Last: its setup() recovers the stores created above before clients are accepted.
     "pion.server.commands.persist",
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,6 @@ EMBED_DIM = 384
 # Fits the 128-character echo limit of the error reply ("embedding model failed: ..." in commands/semantic.py).
 MISSING_EXTRA = "server-side embedding needs the [embed] extra: pip install 'pion[embed]', or send VECTOR"
 MAX_BATCH = 64
-# Torch intra-op threads for the embedder (PION_EMBED_THREADS). One by default: on shared
-# cores two contended threads measured 1.5 s per short text against 62 ms for one.
-DEFAULT_THREADS = 1
 
 
 class EmbedExtraMissing(RuntimeError):
@@ -49,9 +47,13 @@ class MiniLMEmbedder:
     thread (and offline scripts such as the eval) use. Thread-safe: one model, one lock.
     """
 
-    def __init__(self, model_dir: Path | None = None, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, model_dir: Path | None = None, max_batch: int = MAX_BATCH,
+                 threads: int | None = None) -> None:
+        """``threads``: torch intra-op threads, set when the model loads; None leaves torch's setting
+        (the entry point decides: pion-server's ``--embed-threads``, default 1)."""
         self._model_dir = model_dir
         self._max_batch = max_batch
+        self._threads = threads
         self._model: Any = None
         self._load_lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pion-embed")
@@ -59,6 +61,7 @@ class MiniLMEmbedder:
         self._draining = False
         self.calls = 0
         self.texts_embedded = 0
+        self.load_s = 0.0  # how long the one-time model load took (0 until loaded)
 
     @property
     def loaded(self) -> bool:
@@ -67,6 +70,7 @@ class MiniLMEmbedder:
     def _load(self) -> Any:
         with self._load_lock:
             if self._model is None:
+                started = time.perf_counter()
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 try:  # imported here, not at module load: a core install has neither
@@ -75,10 +79,13 @@ class MiniLMEmbedder:
                 except ImportError:
                     raise EmbedExtraMissing() from None
 
-                # no other server code uses torch, so the process-wide setting is ours
-                torch.set_num_threads(int(os.environ.get("PION_EMBED_THREADS", DEFAULT_THREADS)))
+                if self._threads:  # no other server code uses torch, so the process-wide setting is ours
+                    torch.set_num_threads(self._threads)
                 path = self._model_dir or default_model_dir()
-                self._model = SentenceTransformer(str(path), device="cpu")
+                model = SentenceTransformer(str(path), device="cpu")
+                model.encode(["warm up"], show_progress_bar=False)  # first-call kernel set-up is load work too
+                self._model = model
+                self.load_s = time.perf_counter() - started
             return self._model
 
     def encode(self, texts: list[str]) -> np.ndarray:
