@@ -15,6 +15,9 @@ from pion.common.errors import ConfigError
 
 BACKENDS = ("pion", "openai", "vllm", "llamacpp", "max", "ollama", "claude", "gemini")
 EMBED_BACKENDS = ("auto", "pion", "sie", "ollama", "none")
+# How a similarity hit is checked (issue 18, docs/proxy.md "The verifier"): the guard's
+# word rules (default: 0% traps on unseen data) or WordNet + word-vector alignment.
+VERIFIERS = ("guard", "aligned")
 ENV_PREFIX = "PION_SERVE_"
 
 
@@ -33,6 +36,7 @@ class ServeConfig:
     cache_threshold: float = 0.85
     cache_enabled: bool = True
     guard_enabled: bool = True
+    verifier: str = "guard"
     cache_name: str = "pion-serve"
     cache_ttl_s: float | None = None
     ollama_url: str = "http://127.0.0.1:11434"
@@ -55,6 +59,8 @@ class ServeConfig:
             raise ConfigError(f"backend: unknown backend {self.backend!r} (one of {', '.join(BACKENDS)})")
         if self.embed_backend not in EMBED_BACKENDS:
             raise ConfigError(f"embed_backend: {self.embed_backend!r} is not one of {', '.join(EMBED_BACKENDS)}")
+        if self.verifier not in VERIFIERS:
+            raise ConfigError(f"verifier: {self.verifier!r} is not one of {', '.join(VERIFIERS)}")
         if not -1.0 <= self.cache_threshold <= 1.0:
             raise ConfigError(f"cache_threshold: {self.cache_threshold} is not between -1 and 1")
         for key in ("port", "pion_port"):
@@ -100,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", default=None, help="pure proxy: no L1 cache")
     p.add_argument("--no-guard", action="store_true", default=None,
                    help="serve every hit above the threshold (A/B only: serves wrong answers)")
+    p.add_argument("--verifier", choices=VERIFIERS,
+                   help="how a similarity hit is checked: guard (default) | aligned (more paraphrases served)")
     p.add_argument("--cache-ttl", type=float, dest="cache_ttl_s", help="seconds a cached answer lives")
     p.add_argument("--ollama-url", help="Ollama URL for the ollama backend and embedding fallback")
     p.add_argument("--embed-backend", choices=EMBED_BACKENDS, help="auto | pion | sie | ollama | none")
