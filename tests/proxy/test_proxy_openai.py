@@ -210,7 +210,7 @@ def test_health_stats_and_metrics_report_the_traffic(proxy: ProxyProcess) -> Non
 SPEC_STATS_KEYS = ["total_requests", "l1_cache_hits", "l3_synthesis", "l3_direct", "l3_composite", "full_inference",
                    "l1_hit_rate", "l3_synthesis_rate", "full_inference_rate", "cost_savings_pct", "rag_injections",
                    "avg_latency_ms", "backend", "model", "cache_enabled", "distill_enabled", "rag_index", "embedder",
-                   "l3_concepts", "l3_fragments", "intent_router", "mlx_gpu", "v_store"]
+                   "l3_concepts", "l3_fragments", "intent_router", "mlx_gpu", "v_store", "l1_verdicts"]
 
 
 def test_stats_document_is_exactly_the_spec_schema_with_later_layers_zero_or_null(

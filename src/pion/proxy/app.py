@@ -24,6 +24,7 @@ from pion.proxy.completions import ChatCompletions
 from pion.proxy.config import BACKENDS, ServeConfig
 from pion.proxy.distill import Distiller
 from pion.proxy.embedders import EmbedderChoice
+from pion.proxy.hit_verifier import HitVerifier
 from pion.proxy.metrics import ServeStats
 from pion.proxy.router import load_routing, make_router
 from pion.proxy.stats_extra import layer_stats
@@ -49,17 +50,22 @@ def make_app(config: ServeConfig) -> FastAPI:
                              embedder.embed_many, ttl_s=config.cache_ttl_s, direct=config.l3_direct_threshold,
                              composite=config.l3_composite_threshold, retry_s=config.pion_retry_s)
                    if config.distill and config.cache_active else None)
+        verifier = HitVerifier(config.verifier)
         state.update(http=http, cache=cache, embedder=embedder, stats=stats, backend=backend,
-                     router=router, distill=distill,
-                     chat=ChatCompletions(config, backend, cache, embedder, stats, router=router, distill=distill))
-        warm = asyncio.create_task(embedder.resolve()) if config.cache_active else None
+                     router=router, distill=distill, verifier=verifier,
+                     chat=ChatCompletions(config, backend, cache, embedder, stats, router=router, distill=distill,
+                                          verifier=verifier))
+        # Warm both the server's embedder and WordNet so the first hit pays for neither.
+        warm = [asyncio.create_task(embedder.resolve()), asyncio.create_task(verifier.load())] \
+            if config.cache_active and config.guard_enabled and config.verifier == "aligned" else \
+            [asyncio.create_task(embedder.resolve())] if config.cache_active else []
         try:
             yield
         finally:
-            if warm is not None:
-                warm.cancel()
+            for task in warm:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await warm
+                    await task
             await cache.close()
             if distill is not None:
                 await distill.close()
@@ -95,10 +101,12 @@ def make_app(config: ServeConfig) -> FastAPI:
     async def stats() -> dict[str, Any]:
         cache: SemanticCacheClient = state["cache"]
         enabled = config.cache_active and await cache.ready()
-        return state["stats"].schema(backend=config.backend, model=config.model,
-                                     cache_enabled=enabled, embedder=state["embedder"].stats(),
-                                     extra=await layer_stats(config, state["cache"], state["router"],
-                                                             state["distill"]))
+        doc = state["stats"].schema(backend=config.backend, model=config.model,
+                                    cache_enabled=enabled, embedder=state["embedder"].stats(),
+                                    extra=await layer_stats(config, state["cache"], state["router"],
+                                                            state["distill"]))
+        doc["l1_verdicts"] |= state["verifier"].describe()
+        return doc
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -3,7 +3,9 @@
 Order of events for one request:
   1. validate the body (400 on anything malformed), resolve the model;
   2. cache policy (Cache-Control, body "cache", n > 1, last message must be user text);
-  3. L1 lookup in the request's scope; a hit must pass the guard (``guard.py``);
+  3. L1 lookup in the request's scope, keyed by the question resolved with its earlier
+     user turns (``scope.resolved_text``); a hit must pass the check chosen by
+     ``--verifier`` (``hit_verifier.py``: the guard, or WordNet alignment);
   4. with --distill, an L1 miss tries the L3 concept and L3b fragment stores (``distill.py``);
   5. on a miss the backend answers (with --route, the tier's backend and model: ``router.py``);
      a completion finished by "stop" without tool calls is stored before the reply goes
@@ -21,7 +23,6 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from pion.proxy import guard
 from pion.proxy.backends.base import (Backend, BackendHTTPError, BackendUnavailable, completion_id,
                                       make_chunk, make_completion, openai_error)
 from pion.proxy.cache_client import CacheHit, SemanticCacheClient
@@ -29,8 +30,9 @@ from pion.proxy.config import ServeConfig
 from pion.proxy.distill import Distiller, DistillHit
 from pion.proxy.embedders import EmbedderChoice
 from pion.proxy.metrics import ServeStats
+from pion.proxy.hit_verifier import HitVerifier
 from pion.proxy.router import IntentRouter, RouteDecision
-from pion.proxy.scope import CachePolicy, ScopeKey, cache_policy, last_user_text, scope_of, storable
+from pion.proxy.scope import CachePolicy, ScopeKey, cache_policy, last_user_text, resolved_text, scope_of, storable
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -87,8 +89,9 @@ class ChatCompletions:
 
     def __init__(self, config: ServeConfig, backend: Backend, cache: SemanticCacheClient,
                  embedder: EmbedderChoice, stats: ServeStats, *, router: IntentRouter | None = None,
-                 distill: Distiller | None = None) -> None:
+                 distill: Distiller | None = None, verifier: HitVerifier | None = None) -> None:
         self.config = config
+        self.verifier = verifier or HitVerifier()
         self.backend = backend
         self.cache = cache
         self.embedder = embedder
@@ -137,11 +140,12 @@ class ChatCompletions:
         look = Lookup()
         if not (policy.lookup or policy.store) or not await self.cache.ready():
             return look
-        usable, vector = await self.embedder.vector(last_user_text(body) or "")
+        text = resolved_text(body) or ""
+        usable, vector = await self.embedder.vector(text)
         if not usable:
             return look
         look.scope = scope_of(body, self.backend.name, model, self.embedder.space)
-        look.text, look.vector, look.store = last_user_text(body) or "", vector, policy.store
+        look.text, look.vector, look.store = text, vector, policy.store
         if not policy.lookup:
             return look
         # When the server embeds (vector None) and the answer may be stored, ask for the
@@ -158,12 +162,13 @@ class ChatCompletions:
             look.similarity = reply.best_similarity
             self.stats.m_similarity.observe(reply.best_similarity)
         if (hit := reply.hit) is not None:
-            verdict = guard.check(look.text, str(hit.meta.get("q", "")))
-            if self.config.guard_enabled and not verdict.ok:
-                self.stats.guard_rejections += 1
-                self.stats.m_guard.inc()
-            else:
+            if not self.config.guard_enabled:
                 look.hit = hit
+            else:
+                verdict = await self.verifier.verify(look.text, str(hit.meta.get("q", "")), hit.similarity)
+                self.stats.record_verdict(verdict)
+                if verdict.ok:
+                    look.hit = hit
         if look.hit is None and look.ran:
             self.stats.m_misses.inc()
         return look

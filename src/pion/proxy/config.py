@@ -18,6 +18,9 @@ from pion.common.ports import DEFAULT_HOST, PION_LLM_PORT, PION_SERVE_PORT, PION
 
 BACKENDS = ("pion", "openai", "vllm", "llamacpp", "max", "ollama", "claude", "gemini")
 EMBED_BACKENDS = ("auto", "pion", "sie", "ollama", "none")
+# How a similarity hit is checked (issue 18, docs/proxy.md "The verifier"): the guard's
+# word rules (default: 0% traps on unseen data) or WordNet + word-vector alignment.
+VERIFIERS = ("guard", "aligned")
 ENV_PREFIX = "PION_SERVE_"
 
 
@@ -36,6 +39,7 @@ class ServeConfig:
     cache_threshold: float = 0.85
     cache_enabled: bool = True
     guard_enabled: bool = True
+    verifier: str = "guard"
     cache_name: str = "pion-serve"
     cache_ttl_s: float | None = None
     ollama_url: str = "http://127.0.0.1:11434"
@@ -58,6 +62,8 @@ class ServeConfig:
             raise ConfigError(f"backend: unknown backend {self.backend!r} (one of {', '.join(BACKENDS)})")
         if self.embed_backend not in EMBED_BACKENDS:
             raise ConfigError(f"embed_backend: {self.embed_backend!r} is not one of {', '.join(EMBED_BACKENDS)}")
+        if self.verifier not in VERIFIERS:
+            raise ConfigError(f"verifier: {self.verifier!r} is not one of {', '.join(VERIFIERS)}")
         if not -1.0 <= self.cache_threshold <= 1.0:
             raise ConfigError(f"cache_threshold: {self.cache_threshold} is not between -1 and 1")
         for key in ("port", "pion_port"):
@@ -113,6 +119,8 @@ OPTIONS: list[Option] = [
     _opt(("--no-cache",), "cache_enabled", parse_bool, "pure proxy: no L1 cache", switch="no"),
     _opt(("--no-guard",), "guard_enabled", parse_bool,
          "serve every hit above the threshold (A/B only: serves wrong answers)", switch="no"),
+    _opt(("--verifier",), "verifier", parse_choice(*VERIFIERS),
+         "how a similarity hit is checked: guard (default) | aligned (more paraphrases served)"),
     _opt(("--cache-ttl",), "cache_ttl_s", parse_float(), "seconds a cached answer lives"),
     _opt(("--ollama-url",), "ollama_url", parse_text, "Ollama URL for the ollama backend and embedding fallback"),
     _opt(("--embed-backend",), "embed_backend", parse_choice(*EMBED_BACKENDS), "auto | pion | sie | ollama | none"),

@@ -10,6 +10,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from pion.proxy.verifier import REASONS, Verdict
+
 SIMILARITY_BUCKETS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99, 1.0)
 
 
@@ -25,6 +27,9 @@ class ServeStats:
     full_inference: int = 0
     errors: int = 0
     guard_rejections: int = 0
+    # Similarity hits by what the verifier decided: served, or refused and why.
+    verdicts_served: int = 0
+    refused: dict[str, dict[str, int]] = field(default_factory=dict)
     latency_ms_sum: float = 0.0
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
@@ -37,6 +42,10 @@ class ServeStats:
                                 registry=r)
         self.m_guard = Counter("pion_serve_guard_rejections", "Similarity hits refused by the guard",
                                registry=r)
+        self.m_verdicts = Counter("pion_serve_l1_verdicts",
+                                  "Similarity hits by verdict: served, refused_by_guard (word rules / hard "
+                                  "checks) or refused_by_verifier (word alignment), with the reason",
+                                  ["outcome", "reason"], registry=r)
         self.m_backend = Histogram("pion_serve_backend_latency_seconds", "Backend call latency",
                                    ["backend"], registry=r)
         self.m_lookups = Counter("pion_serve_cache_lookups", "L1 lookups that reached pion-server",
@@ -64,6 +73,25 @@ class ServeStats:
         else:
             self.errors += 1
         self.m_requests.labels(source=source).inc()
+
+    def record_verdict(self, verdict: Verdict) -> None:
+        """One similarity hit checked before serving: served, or refused by a stage and why."""
+        if verdict.ok:
+            self.verdicts_served += 1
+            self.m_verdicts.labels(outcome="served", reason="").inc()
+            return
+        self.guard_rejections += 1
+        self.m_guard.inc()
+        outcome = f"refused_by_{verdict.stage}"
+        counts = self.refused.setdefault(outcome, dict.fromkeys(REASONS, 0))
+        counts[verdict.reason] = counts.get(verdict.reason, 0) + 1
+        self.m_verdicts.labels(outcome=outcome, reason=verdict.reason).inc()
+
+    def verdicts(self) -> dict[str, Any]:
+        """/v1/stats ``l1_verdicts``: hits served, and refusals per stage and reason."""
+        return {"served": self.verdicts_served,
+                **{f"refused_by_{stage}": dict(self.refused.get(f"refused_by_{stage}", dict.fromkeys(REASONS, 0)))
+                   for stage in ("guard", "verifier")}}
 
     def prometheus(self) -> bytes:
         return generate_latest(self.registry)
@@ -101,5 +129,6 @@ class ServeStats:
             "intent_router": None,
             "mlx_gpu": None,
             "v_store": None,
+            "l1_verdicts": self.verdicts(),
         }
         return doc | (extra or {})

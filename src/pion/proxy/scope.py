@@ -1,9 +1,19 @@
 """Which cache partition a request belongs to, and whether it may be looked up or stored.
 
 The scope is a hard partition applied before any similarity: the SHA-256 of everything
-that could change the answer besides the last user message (backend, model, system
-prompt, tools, response_format and every earlier turn), plus the embedder. Two requests share a scope only
-when all of that is byte-identical, so a paraphrase in another conversation never hits.
+that could change the answer besides the conversation itself (backend, model, system
+prompt, tools, response_format), plus the embedder. Two requests share a scope only when
+all of that is byte-identical.
+
+Conversations (scope v2, issue 18): a follow-up such as "cancel it" means nothing alone,
+and hashing the earlier turns exactly meant no follow-up ever hit. So the earlier *user*
+turns (the last ``CONTEXT_TURNS``) are no longer hashed; they are prepended to the
+question (``resolved_text``) and that resolved text is what gets embedded, compared and
+verified, so "I have a Flixora plan. / Please cancel it." matches "My Flixora
+subscription is active. / How do I cancel it?" and never "I have a gym membership. /
+Cancel it." Assistant turns are left out (they restate the user's context in the
+model's words). A history holding tool calls, tool results or non-text content is still
+hashed exactly, as before.
 """
 
 from __future__ import annotations
@@ -17,7 +27,11 @@ from typing import Any, NewType
 from pion.proxy.backends.base import text_of
 
 ScopeKey = NewType("ScopeKey", str)
-SCOPE_VERSION = 1
+SCOPE_VERSION = 2
+# Earlier user turns that resolve a follow-up; older ones rarely change what "it" means.
+CONTEXT_TURNS = 2
+# Roles that set the rules of the conversation: always part of the exact scope.
+_EXACT_ROLES = ("system", "developer")
 # Request fields that change what a correct answer is; sampling knobs do not.
 _SCOPE_FIELDS = ("tools", "tool_choice", "functions", "function_call", "response_format")
 
@@ -37,9 +51,12 @@ def scope_of(body: Mapping[str, Any], backend: str, model: str, embedder: str = 
     ``embedder`` names the vector space: vectors of different embedders never share a scope.
     """
     messages = list(body.get("messages") or [])
+    history = messages[:-1]
+    if _plain_dialogue(history):  # user/assistant text turns resolve into the compared text
+        history = [m for m in history if m.get("role") in _EXACT_ROLES]
     parts = {
         "v": SCOPE_VERSION, "backend": backend, "model": model, "embedder": embedder,
-        "history": messages[:-1],
+        "history": history,
         **{k: body[k] for k in _SCOPE_FIELDS if body.get(k) is not None},
     }
     canon = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -53,6 +70,41 @@ def last_user_text(body: Mapping[str, Any]) -> str | None:
         return None
     text = text_of(messages[-1].get("content"))
     return text if text.strip() else None
+
+
+def _plain_dialogue(history: list[Any]) -> bool:
+    """Only system/developer/user/assistant messages with plain text, no tool calls."""
+    for m in history:
+        if not isinstance(m, dict) or m.get("role") not in (*_EXACT_ROLES, "user", "assistant"):
+            return False
+        if m.get("tool_calls") or m.get("function_call") or m.get("name"):
+            return False
+        content = m.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+                return False  # an image or audio part: the words alone do not say what was asked
+        elif content is not None and not isinstance(content, str):
+            return False
+    return True
+
+
+def resolved_text(body: Mapping[str, Any]) -> str | None:
+    """The text that is embedded, compared and verified: the last user message, preceded
+    by up to ``CONTEXT_TURNS`` earlier user turns when the history is a plain dialogue.
+
+    ``{"messages": [{"role": "user", "content": "I have a Flixora plan."},
+    {"role": "assistant", ...}, {"role": "user", "content": "Cancel it."}]}`` resolves to
+    ``"I have a Flixora plan. Cancel it."``.
+    """
+    question = last_user_text(body)
+    if question is None:
+        return None
+    history = list(body.get("messages") or [])[:-1]
+    if not _plain_dialogue(history):
+        return question
+    turns = [text_of(m.get("content")).strip() for m in history if m.get("role") == "user"]
+    context = [t for t in turns if t][-CONTEXT_TURNS:]
+    return " ".join([*context, question.strip()]) if context else question
 
 
 def cache_policy(body: Mapping[str, Any], headers: Mapping[str, str], cache_on: bool) -> CachePolicy:
