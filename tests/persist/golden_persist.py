@@ -155,20 +155,11 @@ def describe(s: Stores) -> dict[str, Any]:
 # ---- wiring: the only part that follows the persistence API of the code under test ----------
 def open_persistence(data_dir: Path, stores: Stores) -> Persistence:
     """Recover ``data_dir`` into ``stores`` and attach their journals (as pion-server does)."""
-    from pion.server.persist.binding import (
-        EXPIRED_KEY_DELETE_KINDS, KEYSPACE_KINDS, VSTORE_KINDS, StoreJournal, expired_key_delete,
-        make_sink, semantic_journal, snapshot_records,
-    )
+    from pion.server.persist.binding import attach, make_sink
 
     persist = Persistence(PersistOptions(data_dir, 0, "no"))
-    persist.recover(make_sink(stores.vstore, stores.keyspace, stores.semantic))
-    stores.vstore.journal = StoreJournal(persist, VSTORE_KINDS, "V-store")
-    stores.keyspace.journal = StoreJournal(persist, KEYSPACE_KINDS, "keyspace",
-                                           skip=expired_key_delete(stores.keyspace),
-                                           skip_kinds=EXPIRED_KEY_DELETE_KINDS)
-    stores.semantic.on_mutation = semantic_journal(persist)
-    stores.semantic.persisted = True
-    persist.set_snapshot_source(lambda: snapshot_records(stores.vstore, stores.keyspace, stores.semantic))
+    persist.recover(make_sink(stores))  # type: ignore[arg-type]  # the same three stores
+    attach(stores, persist)  # type: ignore[arg-type]
     persist.enable_batching()
     return persist
 
@@ -176,12 +167,14 @@ def open_persistence(data_dir: Path, stores: Stores) -> Persistence:
 def recover_only(data_dir: Path) -> Stores:
     """Fresh stores loaded from ``data_dir`` (journals left detached)."""
     from pion.server.persist.binding import make_sink
-    from pion.server.persist.recovery import recover
     from pion.server.persist.files import DataLayout
+    from pion.server.persist.recovery import recover
 
     stores = Stores()
-    recover(DataLayout(data_dir, 0), make_sink(stores.vstore, stores.keyspace, stores.semantic))
+    recover(DataLayout(data_dir, 0), make_sink(stores))  # type: ignore[arg-type]
     return stores
+
+
 # ---------------------------------------------------------------------------------------------
 
 

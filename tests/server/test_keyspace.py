@@ -10,6 +10,7 @@ import redis
 
 from pion.server.store.glob import compile_glob
 from pion.server.store.keyspace import Keyspace
+from pion.server.store.records import KeyExpire, KeysDel, KeySet, KeysFlush, Record
 from support.procs import ServerProcess
 
 MB = 1024 * 1024
@@ -49,21 +50,20 @@ def test_keyspace_tracks_used_bytes_through_every_mutation() -> None:
 
 
 def test_keyspace_journals_each_mutation_before_applying_it() -> None:
-    records: list[tuple[str, dict[str, object]]] = []
+    records: list[Record] = []
 
     class Recorder:
-        def record(self, kind: str, fields: dict[str, object]) -> None:
-            records.append((kind, dict(fields)))
+        durable = False
+
+        def append(self, record: Record) -> None:
+            records.append(record)
 
     ks = Keyspace(journal=Recorder())
     ks.set(b"a", b"1", expire_at_ms=10**13)
     ks.expire(b"a", None)
     ks.delete([b"a", b"missing"])
     ks.flush()
-    assert records == [("set", {"key": b"a", "value": b"1", "expire_at_ms": 10**13}),
-                       ("expire", {"key": b"a", "expire_at_ms": None}),
-                       ("del", {"keys": [b"a"]}),
-                       ("flush", {})]
+    assert records == [KeySet(b"a", b"1", 10**13), KeyExpire(b"a", None), KeysDel([b"a"]), KeysFlush()]
 
 
 def test_scan_cursor_survives_deletions_during_iteration() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from pion.common.errors import CommandError
 from pion.server.receipt import FIELDS, Receipt
 from pion.server.store.prefixes import BlockTable
+from pion.server.store.records import Record
 from pion.server.store.vstore import VStore, pair_of
 
 D = 8
@@ -20,14 +20,16 @@ def rows(n: int, start: float = 0.0, dim: int = D) -> np.ndarray:
 
 
 class ListJournal:
+    durable = False
+
     def __init__(self, store: VStore | None = None) -> None:
         self.records: list[tuple[str, dict[str, object]]] = []
         self.store = store
 
-    def record(self, kind: str, fields: Mapping[str, object]) -> None:
+    def append(self, record: Record) -> None:
         # Record what the store held at call time, to prove the hook runs before the mutation.
         held = None if self.store is None else len(self.store)
-        self.records.append((kind, {**fields, "_sessions_before": held}))
+        self.records.append((type(record).__name__, {**record.fields(), "_sessions_before": held}))
 
 
 def test_rows_stored_in_fp32_come_back_bit_exact_without_a_copy() -> None:
@@ -172,7 +174,7 @@ def test_journal_sees_every_mutation_before_it_is_applied() -> None:
     with pytest.raises(CommandError):
         store.store_rows("x", 0, 0, rows(1).tobytes())
     kinds = [(kind, fields["_sessions_before"]) for kind, fields in journal.records]
-    assert kinds == [("register", 0), ("store", 2), ("evict", 2), ("create", 0), ("drop", 1)]
+    assert kinds == [("PrefixRegister", 0), ("VStoreBatch", 2), ("Evict", 2), ("VCreate", 0), ("VDrop", 1)]
     assert journal.records[1][1]["rows"] == rows(1).astype("<f2").tobytes()
 
 

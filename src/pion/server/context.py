@@ -1,17 +1,36 @@
 """State a command handler sees: the server's shared state and the calling client's.
 
-No process-global singletons: one ``ServerState`` per worker process, passed down.
-Family-specific state lives in attributes of ``ServerState`` owned by that family
-(``store`` for the V-store, ``keyspace``, ``stats``, ``persist``, ``semantic``...).
+No process-global singletons: one ``ServerState`` per worker process, built once by
+``pion.server.state.build_state`` and passed down. Its attributes are the worker's
+parts, each typed, in the order they are built:
+
+  ``stores``   the V-store, keyspace and semantic cache (``store/stores.py``)
+  ``receipt``  PION.STATS counters (``receipt.py``)
+  ``embedder`` the server-side MiniLM for AI.EMBED / AI.SEMANTIC_CACHE (loaded on first use)
+  ``persist``  WAL + snapshots + recovery (``persist/manager.py``)
+  ``table``    the joined command table; ``dispatcher`` runs it
+  ``network``  the listener and its connections (``net.py``)
+
+A command family reads what it needs from these (``ctx.server.stores.keyspace``...);
+nothing is created on first use, and nothing is looked up by name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from pion.server.commands.table import CommandTable
     from pion.server.config import ServerConfig
+    from pion.server.dispatcher import Dispatcher
+    from pion.server.net import PionServer
+    from pion.server.persist.manager import Persistence
+    from pion.server.receipt import Receipt
+    from pion.server.semantic.embedder import MiniLMEmbedder
+    from pion.server.store.stores import Stores
 
 
 @dataclass
@@ -36,15 +55,18 @@ class ClientState:
 
 @dataclass
 class ServerState:
-    """Everything shared by all connections of one worker.
-
-    Families attach their own components in ``components`` (by name) or in typed
-    attributes added here as they land; keep each component's code in its own module.
-    """
+    """Everything shared by all connections of one worker (see the module docstring)."""
 
     config: ServerConfig
     started_at: float
-    components: dict[str, Any] = field(default_factory=dict)
+    stores: Stores
+    receipt: Receipt
+    embedder: MiniLMEmbedder
+    persist: Persistence
+    table: CommandTable
+    dispatcher: Dispatcher
+    network: PionServer = field(init=False)  # set by build_state: it needs the state itself
+    expiry_task: asyncio.Task[None] | None = None  # the keyspace's active expiry, once started
 
 
 @dataclass

@@ -1,9 +1,13 @@
 """``pion-server`` entry point: config, logging, event loop, signals, clean shutdown.
 
-Start-up: build the config (CLI + ``PION_*``), load the command families, call their
-``setup(state)`` hooks inside the running loop, open the listener, log one summary line
-with the effective config. SIGTERM/SIGINT: stop accepting, let in-flight commands
-answer, close clients, call the families' ``shutdown(state)`` hooks (flushing), exit 0.
+Start-up: build the config (CLI + ``PION_*``), build the worker's typed state
+(``state.build_state``), recover it from ``--dir`` inside the running loop
+(``state.open_state``), open the listener, log one summary line with the effective
+config. SIGTERM/SIGINT: stop accepting, let in-flight commands answer, close clients,
+flush and close (``state.close_state``), exit 0.
+
+Exit codes: 0 clean shutdown, 1 the data directory cannot be recovered or the port
+cannot be bound, 2 a bad option.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 
 import uvloop
@@ -22,11 +25,9 @@ from pion import __version__
 from pion.common.errors import ConfigError
 from pion.common.logs import setup_logging
 from pion.common.options import exit_on_config_error
-from pion.server.commands.table import build_table
 from pion.server.config import ServerConfig, load_config
-from pion.server.context import ServerState
-from pion.server.dispatcher import Dispatcher
-from pion.server.net import PionServer
+from pion.server.persist import RecoveryError
+from pion.server.state import build_state, close_state, open_state
 
 log = logging.getLogger("pion.server")
 
@@ -38,16 +39,15 @@ def configure_logging(level: str) -> None:
 
 async def serve(config: ServerConfig) -> int:
     """Run one worker until SIGTERM/SIGINT; returns the process exit code."""
-    state = ServerState(config=config, started_at=time.time())
-    table = build_table()
-    dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us,
-                            config.slowlog_max_len)
-    server = PionServer(state, dispatcher)
-    state.components["table"] = table
-    state.components["clients"] = server.clients
-    state.components["server"] = server
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    table.setup(state)
+    state = build_state(config)
+    server = state.network
+    try:
+        open_state(state)
+    except RecoveryError as exc:
+        log.error("%s", exc)
+        close_state(state)
+        return 1
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -57,16 +57,16 @@ async def serve(config: ServerConfig) -> int:
         await server.start()
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.bind, config.port, exc)
-        await table.shutdown(state)
+        close_state(state)
         return 1
     log.info("pion-server %s ready on %s:%d (pid %d, %d commands from %d families) %s",
-             __version__, config.bind, server.port, os.getpid(), len(table.specs),
-             len(table.families), config.summary())
+             __version__, config.bind, server.port, os.getpid(), len(state.table.specs),
+             len(state.table.families), config.summary())
     await stop.wait()
     log.info("shutdown requested: closing the listener and draining %d client(s)",
              len(server.clients))
     await server.stop()
-    await table.shutdown(state)
+    close_state(state)
     log.info("pion-server stopped cleanly")
     return 0
 

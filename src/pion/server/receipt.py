@@ -1,6 +1,6 @@
 """The value receipt: what the caches did for the client, as counters (PION.STATS, INFO # Pion).
 
-One ``Receipt`` per worker, in ``ServerState.components["receipt"]``. Recording
+One ``Receipt`` per worker, ``ServerState.receipt``. Recording
 is a counter increment on already-slow-path commands; formatting happens only
 when PION.STATS or INFO asks.
 
@@ -19,10 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pion.server.context import ServerState
 
 # The 16 PION.STATS fields, in reply order.
 FIELDS = (
@@ -113,11 +109,3 @@ class Receipt:
         }
         return {name: values[name] for name in FIELDS}
 
-
-def receipt_of(state: ServerState) -> Receipt:
-    """This worker's receipt, created on first use (families set up in any order share it)."""
-    receipt = state.components.get("receipt")
-    if receipt is None:
-        receipt = Receipt(state.config.prefill_us_per_token)
-        state.components["receipt"] = receipt
-    return receipt

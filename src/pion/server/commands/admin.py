@@ -161,7 +161,7 @@ def cmd_admin_client(ctx: CommandContext, args: list[bytes]) -> Any:
             client.lib_ver = value
         return OK
     if sub == b"INFO" and not rest:
-        conns = ctx.server.components.get("clients", {})
+        conns = ctx.server.network.clients
         return Verbatim(_client_line(client, conns.get(client.client_id)) + "\n")
     if sub == b"LIST":
         return Verbatim(_client_list(ctx, rest))
@@ -176,7 +176,7 @@ def cmd_admin_client(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 def _client_list(ctx: CommandContext, rest: list[bytes]) -> str:
-    conns: dict[int, Any] = ctx.server.components.get("clients", {})
+    conns = ctx.server.network.clients
     wanted: set[int] | None = None
     if rest:
         opt = rest[0].upper()
@@ -211,7 +211,7 @@ def _command_docs(spec: CommandSpec) -> dict[str, Any]:
 
 
 def cmd_admin_command(ctx: CommandContext, args: list[bytes]) -> Any:
-    specs: dict[str, CommandSpec] = ctx.server.components["table"].specs
+    specs = ctx.server.table.specs
     if not args:
         return [_command_info(spec) for spec in specs.values()]
     sub = args[0].upper()
@@ -250,7 +250,7 @@ def _core_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
     cfg = ctx.server.config
     uptime = int(time.time() - ctx.server.started_at)
     rss = _rss_bytes()
-    clients = ctx.server.components.get("clients", {})
+    clients = ctx.server.network.clients
     return {
         "Server": [
             ("redis_version", REDIS_COMPAT_VERSION), ("pion_version", __version__),
@@ -312,8 +312,7 @@ def _cpu_section() -> list[tuple[str, object]]:
 
 
 def _dispatcher(ctx: CommandContext) -> Dispatcher:
-    dispatcher: Dispatcher = ctx.server.components["server"].dispatcher
-    return dispatcher
+    return ctx.server.dispatcher
 
 
 def _command_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
@@ -340,7 +339,7 @@ def cmd_admin_info(ctx: CommandContext, args: list[bytes]) -> Any:
     """INFO [section ...]: no argument or ``default`` gives every section but
     Commandstats; ``all``/``everything`` add it; names pick sections (any case)."""
     sections = _core_sections(ctx)
-    extra = ctx.server.components["table"].info(ctx.server)
+    extra = ctx.server.table.info(ctx.server)
     for name, fields in [*extra.items(), *_command_sections(ctx).items()]:
         existing = next((k for k in sections if k.lower() == name.lower()), None)
         sections.setdefault(existing or name, []).extend(fields)
@@ -394,7 +393,7 @@ def cmd_admin_config(ctx: CommandContext, args: list[bytes]) -> Any:
 def cmd_admin_flushall(ctx: CommandContext, args: list[bytes]) -> Any:
     if len(args) > 1 or (args and args[0].upper() not in (b"ASYNC", b"SYNC")):
         raise CommandError("syntax error")
-    ctx.server.components["table"].flushall(ctx.server)
+    ctx.server.stores.flush_all()
     return OK
 
 

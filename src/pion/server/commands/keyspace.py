@@ -1,14 +1,13 @@
 """Keyspace commands: SET GET MGET MSET EXISTS DEL UNLINK EXPIRE PEXPIRE TTL PTTL KEYS SCAN DBSIZE.
 
-Thin wrappers over ``pion.server.store.keyspace.Keyspace`` (in
-``state.components["keyspace"]``); argument errors use Redis's wording so redis-py
-raises the same exceptions it would against Redis. Writes that grow the keyspace ask
-the V-store (when loaded) to make room under ``--maxmemory`` first; ``-OOM`` if it cannot.
+Thin wrappers over ``pion.server.store.keyspace.Keyspace`` (``state.stores.keyspace``);
+argument errors use Redis's wording so redis-py raises the same exceptions it would
+against Redis. Writes that grow the keyspace ask the V-store, which shares the
+``--maxmemory`` budget, to make room first (evicting LRU sessions); ``-OOM`` if it cannot.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from pion.common.errors import CommandError, arity_error
@@ -18,7 +17,6 @@ from pion.server.resp.replies import OK
 from pion.server.store.glob import compile_glob
 from pion.server.store.keyspace import ENTRY_OVERHEAD_BYTES, Keyspace, now_ms
 
-COMPONENT = "keyspace"
 SYNTAX_ERROR = "syntax error"
 NOT_INTEGER = "value is not an integer or out of range"
 KEYS_SLICE = 20_000  # keys matched between two yields to the event loop
@@ -27,8 +25,7 @@ MAX_SCAN_COUNT = 1_000_000
 
 
 def _keyspace(ctx: CommandContext) -> Keyspace:
-    ks: Keyspace = ctx.server.components[COMPONENT]
-    return ks
+    return ctx.server.stores.keyspace
 
 
 def parse_int(raw: bytes) -> int:
@@ -61,11 +58,7 @@ def _make_room(ctx: CommandContext, extra_bytes: int) -> None:
     limit = ctx.server.config.maxmemory
     if not limit or extra_bytes <= 0:
         return
-    vstore = ctx.server.components.get("vstore")
-    if vstore is not None:
-        vstore.make_room(extra_bytes)
-    elif _keyspace(ctx).used_bytes + extra_bytes > limit:
-        raise CommandError("command not allowed when used memory > 'maxmemory'.", code="OOM")
+    ctx.server.stores.vstore.make_room(extra_bytes)
 
 
 def _growth(ks: Keyspace, key: bytes, value: bytes) -> int:
@@ -77,11 +70,11 @@ def _growth(ks: Keyspace, key: bytes, value: bytes) -> int:
 
 # ---- strings -------------------------------------------------------------------------------
 def cmd_keyspace_get(ctx: CommandContext, args: list[bytes]) -> Any:
-    return ctx.server.components[COMPONENT].get(args[0])
+    return ctx.server.stores.keyspace.get(args[0])
 
 
 def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
-    ks: Keyspace = ctx.server.components[COMPONENT]
+    ks = ctx.server.stores.keyspace
     key, value = args[0], args[1]
     if len(args) == 2:  # the hot path: plain SET
         if ctx.server.config.maxmemory:
@@ -258,33 +251,8 @@ def cmd_keyspace_dbsize(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 # ---- family hooks ---------------------------------------------------------------------------
-def setup(state: ServerState) -> None:
-    """Create the keyspace and start active expiry (``--hz`` cycles per second)."""
-    ks = Keyspace()
-    state.components[COMPONENT] = ks
-    interval = 1.0 / state.config.hz
-
-    async def expire_forever() -> None:
-        while True:
-            await asyncio.sleep(interval)
-            ks.active_expire_cycle()
-
-    state.components["keyspace_expiry_task"] = asyncio.get_running_loop().create_task(
-        expire_forever())
-
-
-def shutdown(state: ServerState) -> None:
-    task = state.components.pop("keyspace_expiry_task", None)
-    if task is not None:
-        task.cancel()
-
-
-def flushall(state: ServerState) -> None:
-    state.components[COMPONENT].flush()
-
-
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
-    ks: Keyspace = state.components[COMPONENT]
+    ks = state.stores.keyspace
     fields: list[tuple[str, object]] = []
     if len(ks):
         fields.append(("db0", f"keys={len(ks)},expires={ks.n_expires},avg_ttl=0"))

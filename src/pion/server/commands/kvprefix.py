@@ -25,8 +25,7 @@ from pion.server.commands.spec import CommandSpec
 from pion.server.commands.store_args import (
     U32_MAX, need_value, option, parse_format, parse_int, parse_ms, syntax_error, word,
 )
-from pion.server.commands.vstore import parse_kv_dim, vstore_of
-from pion.server.receipt import receipt_of
+from pion.server.commands.vstore import parse_kv_dim
 from pion.server.resp.replies import OK, SimpleString
 from pion.server.store.session import MAX_LAYERS
 
@@ -70,7 +69,7 @@ def parse_register_options(args: list[bytes], i: int, allow_layers: bool) -> dic
 def cmd_kvprefix_register(ctx: CommandContext, args: list[bytes]) -> object:
     ns, kv_dim, fmt = word(args[0]), parse_kv_dim(args[1]), parse_format(args[2])
     opts = parse_register_options(args, 3, allow_layers=True)
-    vstore_of(ctx.server).register_prefix(ns, kv_dim, (fmt,), (fmt,), True, **opts)  # type: ignore[arg-type]
+    ctx.server.stores.vstore.register_prefix(ns, kv_dim, (fmt,), (fmt,), True, **opts)  # type: ignore[arg-type]
     return OK
 
 
@@ -82,7 +81,7 @@ def cmd_kvprefix_register_schema(ctx: CommandContext, args: list[bytes]) -> obje
                            f"(K then V), got {len(args) - 3}")
     formats = tuple(parse_format(a) for a in args[3:3 + 2 * n_layers])
     opts = parse_register_options(args, 3 + 2 * n_layers, allow_layers=False)
-    vstore_of(ctx.server).register_prefix(ns, kv_dim, formats[:n_layers], formats[n_layers:], False,
+    ctx.server.stores.vstore.register_prefix(ns, kv_dim, formats[:n_layers], formats[n_layers:], False,
                                           **opts)  # type: ignore[arg-type]
     return OK
 
@@ -101,9 +100,9 @@ def cmd_kvprefix_lookup(ctx: CommandContext, args: list[bytes]) -> object:
         else:
             raise syntax_error(args[i])
         i += 2
-    store = vstore_of(ctx.server)
+    store = ctx.server.stores.vstore
     hit, k_tokens = store.lookup_prefix(ns)
-    receipt = receipt_of(ctx.server)
+    receipt = ctx.server.receipt
     if not hit:
         receipt.record_prefix_lookup(False)
         return MISS
@@ -115,11 +114,11 @@ def cmd_kvprefix_lookup(ctx: CommandContext, args: list[bytes]) -> object:
 
 
 def cmd_kvprefix_drop(ctx: CommandContext, args: list[bytes]) -> object:
-    return vstore_of(ctx.server).drop_prefixes([word(a) for a in args])
+    return ctx.server.stores.vstore.drop_prefixes([word(a) for a in args])
 
 
 def cmd_kvprefix_blocks(ctx: CommandContext, args: list[bytes]) -> object:
-    entry = vstore_of(ctx.server).prefix(word(args[0]))
+    entry = ctx.server.stores.vstore.prefix(word(args[0]))
     if entry is None or entry.blocks is None:
         return UNKNOWN
     return entry.blocks.wire()
@@ -127,21 +126,20 @@ def cmd_kvprefix_blocks(ctx: CommandContext, args: list[bytes]) -> object:
 
 def cmd_kvprefix_membership(ctx: CommandContext, args: list[bytes]) -> object:
     probes = parse_hash_blob(args[1], args[2])
-    entry = vstore_of(ctx.server).prefix(word(args[0]))
+    entry = ctx.server.stores.vstore.prefix(word(args[0]))
     if entry is None or entry.blocks is None:
         return UNKNOWN
     return entry.blocks.membership(probes)
 
 
 def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
-    store = vstore_of(state)
+    store = state.stores.vstore
     prefixes = list(store.iter_prefixes())
     total_tokens = 0
     for entry in prefixes:
         k_side = store.get(k_session(entry.ns))
         total_tokens += 0 if k_side is None else k_side.rows_in(0)
-    persist = state.components.get("persist")
-    wal_bytes = 0 if persist is None else int(persist.wal_bytes)
+    wal_bytes = state.persist.wal_bytes
     return [
         ("registered_prefixes", len(prefixes)),
         ("total_prefix_tokens", total_tokens),
@@ -156,11 +154,6 @@ def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
 
 def cmd_kvprefix_info(ctx: CommandContext, args: list[bytes]) -> object:
     return "".join(f"{key}:{value}\r\n" for key, value in prefix_info_fields(ctx.server)).encode()
-
-
-def setup(state: ServerState) -> None:
-    vstore_of(state)
-    receipt_of(state)
 
 
 _W = frozenset({"write"})

@@ -43,32 +43,17 @@ import numpy as np
 from pion.common.errors import CommandError, arity_error, clip_for_echo
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import CommandContext, ServerState
-from pion.server.receipt import receipt_of
 from pion.server.semantic.cache import DEFAULT_THRESHOLD, SemanticCacheStore
 from pion.server.semantic.embedder import MiniLMEmbedder
 from pion.server.slowlog import exclude_from_slowlog
 
-COMPONENT = "semantic"
-EMBEDDER = "semantic_embedder"
 MAX_EMBED_TEXTS = 256
-
-
-def setup(state: ServerState) -> None:
-    """Attach an empty cache store and a (not yet loaded) embedder."""
-    state.components.setdefault(COMPONENT, SemanticCacheStore())
-    state.components.setdefault(EMBEDDER, MiniLMEmbedder(threads=state.config.embed_threads or None))
-
-
-def shutdown(state: ServerState) -> None:
-    embedder = state.components.get(EMBEDDER)
-    if isinstance(embedder, MiniLMEmbedder):
-        embedder.close()
 
 
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
     """The INFO ``# Semantic`` section (selected case-insensitively, like every INFO section)."""
-    store = _store_of(state)
-    embedder = _embedder_of(state)
+    store = state.stores.semantic
+    embedder = state.embedder
     return {"Semantic": [
         ("semantic_caches", store.n_caches),
         ("semantic_entries", len(store)),
@@ -78,27 +63,6 @@ def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
         ("embedder_texts", embedder.texts_embedded),
         ("embedder_load_ms", round(embedder.load_s * 1000.0, 3)),  # start-up work, kept out of SLOWLOG
     ]}
-
-
-def flushall(state: ServerState) -> None:
-    """FLUSHALL empties every semantic cache."""
-    _store_of(state).flush_all()
-
-
-def _store_of(state: ServerState) -> SemanticCacheStore:
-    store = state.components.get(COMPONENT)
-    if not isinstance(store, SemanticCacheStore):
-        setup(state)
-        store = state.components[COMPONENT]
-    return store
-
-
-def _embedder_of(state: ServerState) -> MiniLMEmbedder:
-    embedder = state.components.get(EMBEDDER)
-    if not isinstance(embedder, MiniLMEmbedder):
-        setup(state)
-        embedder = state.components[EMBEDDER]
-    return embedder
 
 
 def _text(arg: bytes, what: str) -> str:
@@ -112,7 +76,7 @@ def _text(arg: bytes, what: str) -> str:
 
 
 async def _embed(ctx: CommandContext, texts: list[str]) -> np.ndarray:
-    embedder = _embedder_of(ctx.server)
+    embedder = ctx.server.embedder
     loaded_before = embedder.loaded
     try:
         vecs = await embedder.embed(texts)
@@ -192,7 +156,7 @@ async def cmd_semantic_set(ctx: CommandContext, args: list[bytes]) -> int:
             json.loads(meta)
         except ValueError:
             raise CommandError("META must be valid JSON") from None
-    store = _store_of(ctx.server)
+    store = ctx.server.stores.semantic
     vec = await _query_vector(ctx, text, opts)
     if (problem := store.check_dim(cache, scope, len(vec))) is not None:
         raise CommandError(problem)
@@ -223,12 +187,12 @@ async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] 
         threshold = _number(opts["THRESHOLD"], "THRESHOLD")
         if not -1.0 <= threshold <= 1.0:
             raise CommandError("THRESHOLD must be between -1 and 1")
-    store = _store_of(ctx.server)
+    store = ctx.server.stores.semantic
     vec = await _query_vector(ctx, text, opts)
     if (problem := store.check_dim(cache, scope, len(vec))) is not None:
         raise CommandError(problem)
     found, best = store.lookup_best(cache, scope, vec, threshold)
-    receipt_of(ctx.server).record_semantic(found is not None)
+    ctx.server.receipt.record_semantic(found is not None)
     tail = [np.asarray(vec, dtype="<f4").tobytes()] if b"WITHVECTOR" in flags else []
     if found is None:
         score = round(best, 6) if best is not None and b"WITHBEST" in flags else None
@@ -247,19 +211,19 @@ def cmd_semantic_del(ctx: CommandContext, args: list[bytes]) -> int:
             ids.append(int(raw))
         except ValueError:
             raise CommandError(f"entry id must be an integer, got '{clip_for_echo(raw)}'") from None
-    return _store_of(ctx.server).delete(cache, ids)
+    return ctx.server.stores.semantic.delete(cache, ids)
 
 
 def cmd_semantic_flush(ctx: CommandContext, args: list[bytes]) -> int:
     if len(args) != 1:
         raise arity_error("ai.semantic_cache|flush")
-    return _store_of(ctx.server).flush(_text(args[0], "cache name"))
+    return ctx.server.stores.semantic.flush(_text(args[0], "cache name"))
 
 
 def cmd_semantic_info(ctx: CommandContext, args: list[bytes]) -> dict[str, Any]:
     if len(args) != 1:
         raise arity_error("ai.semantic_cache|info")
-    return _store_of(ctx.server).info(_text(args[0], "cache name"))
+    return ctx.server.stores.semantic.info(_text(args[0], "cache name"))
 
 
 _VERBS = {"SET": cmd_semantic_set, "GET": cmd_semantic_get, "DEL": cmd_semantic_del,

@@ -12,25 +12,13 @@ raises must not have changed any state. Handlers may be ``async def``.
 Family module convention (``commands/table.py`` lists the modules explicitly):
 
   ``COMMANDS: list[CommandSpec]``   required; names are unique across all families.
-  ``setup(state) -> None``          optional; called once at start-up inside the running
-                                    event loop, before the listener opens. Attach the
-                                    family's component as ``state.components[name]``.
-                                    ``state.components`` already holds ``"table"``
-                                    (CommandTable), ``"clients"`` (id -> connection) and
-                                    ``"server"`` (net.PionServer; append to its
-                                    ``before_reply`` list to run code before each batch
-                                    of replies is written, e.g. a WAL group commit, and
-                                    to ``reply_pending`` a predicate saying it has work,
-                                    so batches of one loop iteration share one call;
-                                    a hook raising CommandError turns that batch's write
-                                    replies into the error — see net.py).
-  ``shutdown(state)``               optional, sync or async; called once at shutdown
-                                    after clients are drained, last family first. Flush
-                                    here.
-  ``flushall(state) -> None``       optional; FLUSHALL empties the family's data.
   ``info(state) -> dict[str, list[tuple[str, object]]]``
                                     optional; INFO sections (name -> fields), merged
                                     into INFO in family order (e.g. ``"Pion"``).
+
+Handlers reach the worker's parts through ``ctx.server`` (a typed ``ServerState``:
+``stores``, ``receipt``, ``embedder``, ``persist``, ``table``, ``network``); start-up,
+recovery and shutdown are ``pion.server.state``'s, not a family's.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from pion.server.commands.spec import CommandSpec
 from pion.server.commands.store_args import option, syntax_error
-from pion.server.receipt import receipt_of
 from pion.server.resp.replies import OK
 
 if TYPE_CHECKING:
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def cmd_pion_stats(ctx: CommandContext, args: list[bytes]) -> object:
-    receipt = receipt_of(ctx.server)
+    receipt = ctx.server.receipt
     if not args:
         return receipt.snapshot()
     if len(args) == 1 and option(args[0]) == "RESET":
@@ -29,12 +28,8 @@ def cmd_pion_stats(ctx: CommandContext, args: list[bytes]) -> object:
     raise syntax_error(args[0] if option(args[0]) != "RESET" else args[1])
 
 
-def setup(state: ServerState) -> None:
-    receipt_of(state)
-
-
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
-    snapshot = receipt_of(state).snapshot()
+    snapshot = state.receipt.snapshot()
     return {"Pion": [(name, value if isinstance(value, int) else f"{value:.6f}")
                      for name, value in snapshot.items()]}
 

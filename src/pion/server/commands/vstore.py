@@ -20,10 +20,8 @@ from pion.server.commands.spec import CommandSpec
 from pion.server.commands.store_args import (
     NOT_AN_INTEGER, need_value, option, parse_dtype, parse_format, parse_int, syntax_error, wire_word, word,
 )
-from pion.server.receipt import receipt_of
 from pion.server.resp.replies import OK
 from pion.server.store.session import MAX_LAYERS
-from pion.server.store.vstore import VStore
 
 if TYPE_CHECKING:
     from pion.server.context import CommandContext, ServerState
@@ -32,20 +30,6 @@ DEFAULT_FORMAT = "fp32"
 FETCH_DTYPES = ("f32", "f16", "raw")
 STORE_DTYPES = ("f32", "f16", "raw")
 MAX_KV_DIM = 1 << 20
-
-
-def vstore_of(state: ServerState) -> VStore:
-    """This worker's V-store, created on first use from the config (max sessions, maxmemory)."""
-    store = state.components.get("vstore")
-    if store is None:
-        def keyspace_bytes() -> int:
-            keyspace = state.components.get("keyspace")
-            return 0 if keyspace is None else int(keyspace.used_bytes)
-
-        store = VStore(max_sessions=state.config.max_sessions, max_bytes=state.config.maxmemory,
-                       external_bytes=keyspace_bytes)
-        state.components["vstore"] = store
-    return store
 
 
 def parse_kv_dim(arg: bytes) -> int:
@@ -77,9 +61,9 @@ def cmd_v_create(ctx: CommandContext, args: list[bytes]) -> object:
     if vquant is not None and schema is not None:
         raise CommandError("VQUANT and SCHEMA are mutually exclusive (SCHEMA names every layer's format)")
     if schema is not None:
-        vstore_of(ctx.server).create_session(sid, kv_dim, schema, uniform=False)
+        ctx.server.stores.vstore.create_session(sid, kv_dim, schema, uniform=False)
     else:
-        vstore_of(ctx.server).create_session(sid, kv_dim, (vquant or DEFAULT_FORMAT,), uniform=True)
+        ctx.server.stores.vstore.create_session(sid, kv_dim, (vquant or DEFAULT_FORMAT,), uniform=True)
     return OK
 
 
@@ -99,17 +83,17 @@ def cmd_v_storebatch(ctx: CommandContext, args: list[bytes]) -> object:
     layer = parse_int(args[1], "layer", 0, MAX_LAYERS - 1)
     start_id = parse_int(args[2], "start_id", 0, 2**32 - 1)
     dtype = parse_trailing_dtype(args, 4, STORE_DTYPES)
-    return vstore_of(ctx.server).store_rows(sid, layer, start_id, args[3], dtype)
+    return ctx.server.stores.vstore.store_rows(sid, layer, start_id, args[3], dtype)
 
 
 def _served(ctx: CommandContext, n_bytes: int) -> None:
-    receipt_of(ctx.server).record_bytes_served(n_bytes)
+    ctx.server.receipt.record_bytes_served(n_bytes)
 
 
 def cmd_v_fetch(ctx: CommandContext, args: list[bytes]) -> object:
     sid = word(args[0])
     layer = parse_int(args[1], "layer", 0, MAX_LAYERS - 1)
-    store = vstore_of(ctx.server)
+    store = ctx.server.stores.vstore
     if option(args[2]) == "RANGE":
         if len(args) < 5:
             raise CommandError("RANGE needs 2 values")
@@ -143,13 +127,13 @@ def cmd_v_mfetch(ctx: CommandContext, args: list[bytes]) -> object:
     start_id = parse_int(args[4], "start_id")
     end_id = parse_int(args[5], "end_id")
     dtype = parse_trailing_dtype(args, 6, FETCH_DTYPES)
-    payloads = vstore_of(ctx.server).mfetch(sid, layer_from, layer_to, start_id, end_id, dtype)
+    payloads = ctx.server.stores.vstore.mfetch(sid, layer_from, layer_to, start_id, end_id, dtype)
     _served(ctx, sum(p.nbytes for p in payloads))
     return payloads
 
 
 def cmd_v_info(ctx: CommandContext, args: list[bytes]) -> object:
-    store = vstore_of(ctx.server)
+    store = ctx.server.stores.vstore
     session = store.get(word(args[0]))
     if session is None:
         raise CommandError(f"session '{word(args[0])}' not found")
@@ -169,26 +153,18 @@ def cmd_v_info(ctx: CommandContext, args: list[bytes]) -> object:
 
 
 def cmd_v_drop(ctx: CommandContext, args: list[bytes]) -> object:
-    return vstore_of(ctx.server).drop([word(a) for a in args])
+    return ctx.server.stores.vstore.drop([word(a) for a in args])
 
 
 def cmd_v_list(ctx: CommandContext, args: list[bytes]) -> object:
     if len(args) > 1:
         raise syntax_error(args[1])
     pattern = word(args[0]) if args else None
-    return [wire_word(sid) for sid in vstore_of(ctx.server).sids(pattern)]
-
-
-def setup(state: ServerState) -> None:
-    vstore_of(state)
-
-
-def flushall(state: ServerState) -> None:
-    vstore_of(state).flush()
+    return [wire_word(sid) for sid in ctx.server.stores.vstore.sids(pattern)]
 
 
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
-    store = vstore_of(state)
+    store = state.stores.vstore
     return {"Memory": [("vstore_bytes", store.nbytes), ("vstore_allocated_bytes", store.allocated_bytes),
                        ("vstore_sessions", len(store)), ("vstore_evicted_sessions", store.evicted_sessions)]}
 

@@ -4,16 +4,18 @@ A *scope* is a hard partition chosen by the client (pion-serve hashes model, sys
 prompt, tools and earlier turns into it): a lookup only ever sees entries stored under
 the same scope, so similarity never crosses conversations.
 
-All state changes go through ``put``, ``delete``, ``flush``, ``flush_all`` and the TTL
-purge in ``lookup``; each calls ``on_mutation(kind, fields)`` *before* changing anything,
-with every field a replay needs (the stored vector included, so replay never loads the
-embedding model). Persistence hooks that one place and writes a WAL record; when the
-hook raises (CommandError MISCONF: the WAL cannot be written) nothing is changed.
-Deadlines are absolute unix milliseconds, so a replayed entry expires when it would
-have; TTL purges are therefore not logged (kind ``"expire"``).
+All logged state changes go through ``put``, ``delete``, ``flush`` and ``flush_all``;
+each hands its record (``SemanticSet``/``SemanticDel``/``SemanticFlush``/
+``SemanticFlushAll`` of ``store/records.py``, with every field a replay needs — the
+stored vector included, so replay never loads the embedding model) to
+``journal.append`` *before* changing anything; when that raises (CommandError MISCONF:
+the WAL cannot be written) nothing is changed. Deadlines are absolute unix
+milliseconds, so a replayed entry expires when it would have; the TTL purge in
+``lookup`` is therefore not logged.
 
 ``restore`` and ``iter_entries`` are the replay and snapshot sides
-(``pion.server.persist.binding``). Hit/miss counters are statistics, not persisted.
+(``SemanticSet.apply``, ``pion.server.persist.binding``). Hit/miss counters are
+statistics, not persisted.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from pion.server.semantic.index import DEFAULT_ANN_MIN_ENTRIES, ScopeIndex
+from pion.server.store.journal import Journal, NullJournal
+from pion.server.store.records import SemanticDel, SemanticFlush, SemanticFlushAll, SemanticSet
 
 DEFAULT_THRESHOLD = 0.85
 
@@ -55,9 +59,6 @@ class NamedCache:
     misses: int = 0
 
 
-Mutation = Callable[[str, dict[str, Any]], None]
-
-
 class SemanticCacheStore:
     """All named caches of one server worker."""
 
@@ -68,8 +69,12 @@ class SemanticCacheStore:
         self._ann_kind = ann_kind
         self._ann_min = ann_min_entries
         self._clock = clock
-        self.on_mutation: Mutation | None = None
-        self.persisted = False  # set by persistence once its journal is attached
+        self.journal: Journal = NullJournal()
+
+    @property
+    def persisted(self) -> bool:
+        """True once persistence has attached its journal (INFO ``persisted``)."""
+        return self.journal.durable
 
     def __len__(self) -> int:
         return sum(len(c.entries) for c in self._caches.values())
@@ -95,9 +100,8 @@ class SemanticCacheStore:
         # The deadline is kept in whole ms so the live entry and a replayed one agree exactly.
         expire_ms = int(round((now + ttl_s) * 1000)) if ttl_s is not None else 0
         vec32 = np.ascontiguousarray(vec, dtype="<f4")
-        self._mutated("put", cache=cache, scope=scope, text=text, response=response,
-                      vector=vec32.tobytes(), expire_at_ms=expire_ms,
-                      created_ms=int(now * 1000), meta=meta, id=entry_id)
+        self.journal.append(SemanticSet(cache, scope, text, response, vec32.tobytes(), expire_ms,
+                                        int(now * 1000), meta, entry_id))
         self._insert(cache, CacheEntry(entry_id, scope, text, response, meta, now,
                                        expire_ms / 1000 if expire_ms else None), vec32)
         return entry_id
@@ -168,7 +172,6 @@ class SemanticCacheStore:
             while (best := index.search(vec)) is not None:
                 entry = named.entries[best[0]]
                 if entry.expires_at is not None and entry.expires_at <= now:
-                    self._mutated("expire", cache=cache, entry_id=entry.entry_id)
                     self._remove(named, entry.entry_id)
                     continue
                 best_sim = best[1]
@@ -188,20 +191,20 @@ class SemanticCacheStore:
             return 0
         present = list(dict.fromkeys(i for i in entry_ids if i in named.entries))
         if present:
-            self._mutated("delete", cache=cache, ids=present)
+            self.journal.append(SemanticDel(cache, present))
         return sum(1 for i in present if self._remove(named, i))
 
     def flush(self, cache: str) -> int:
         named = self._caches.get(cache)
         if named is None:
             return 0
-        self._mutated("flush", cache=cache)
+        self.journal.append(SemanticFlush(cache))
         del self._caches[cache]
         return len(named.entries)
 
     def flush_all(self) -> int:
         removed = len(self)
-        self._mutated("flush_all")
+        self.journal.append(SemanticFlushAll())
         self._caches.clear()
         return removed
 
@@ -229,7 +232,3 @@ class SemanticCacheStore:
         if len(index) == 0:
             del named.scopes[entry.scope]
         return True
-
-    def _mutated(self, kind: str, **fields: Any) -> None:
-        if self.on_mutation is not None:
-            self.on_mutation(kind, fields)

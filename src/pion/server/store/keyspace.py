@@ -6,13 +6,11 @@ periodically (Redis's active expiry: sample 20 keys with a TTL, repeat while mor
 quarter were expired, within a small time budget).
 
 Every mutation goes through one method (``set``, ``delete``, ``expire``, ``flush``) that
-first calls ``journal.record(kind, fields)`` and then applies the change, so persistence
-logs exactly what clients were told. Records (see ``pion.server.persist.records``)::
-
-    set     key, value, expire_at_ms (int | None)
-    del     keys (list[bytes])
-    expire  key, expire_at_ms (int | None: the TTL is removed)
-    flush   (no fields)
+first hands its record (``KeySet``, ``KeysDel``, ``KeyExpire``, ``KeysFlush`` of
+``store/records.py``) to ``journal.append`` and then applies the change, so persistence
+logs exactly what clients were told. Deleting an expired key is not logged: deadlines
+are absolute, so a replayed key expires on its own (and a GET of an expired key keeps
+working while the WAL is refusing writes).
 
 ``used_bytes`` approximates the memory the keyspace holds (keys + values + a fixed
 per-entry overhead); the V-store's maxmemory policy adds it to its own bytes.
@@ -27,6 +25,7 @@ from collections.abc import Iterator
 
 from pion.server.store.glob import compile_glob
 from pion.server.store.journal import Journal, NullJournal
+from pion.server.store.records import KeyExpire, KeysDel, KeySet, KeysFlush
 
 ENTRY_OVERHEAD_BYTES = 96  # dict slot + two bytes objects' headers, roughly
 
@@ -125,7 +124,7 @@ class Keyspace:
         """Store ``value``; the TTL becomes ``expire_at_ms`` (or stays, with ``keep_ttl``)."""
         if keep_ttl:
             expire_at_ms = self._expires.get(key) if key in self._data else None
-        self.journal.record("set", {"key": key, "value": value, "expire_at_ms": expire_at_ms})
+        self.journal.append(KeySet(key, value, expire_at_ms))
         old = self._data.get(key)
         if old is None:
             self._seq[key] = self._next_seq
@@ -145,7 +144,7 @@ class Keyspace:
         present = [k for k in dict.fromkeys(keys) if self.get(k) is not None]
         if not present:
             return 0
-        self.journal.record("del", {"keys": present})
+        self.journal.append(KeysDel(present))
         for key in present:
             self._remove(key)
         return len(present)
@@ -157,7 +156,7 @@ class Keyspace:
         if expire_at_ms is not None and expire_at_ms <= now_ms():
             self.delete([key])
             return True
-        self.journal.record("expire", {"key": key, "expire_at_ms": expire_at_ms})
+        self.journal.append(KeyExpire(key, expire_at_ms))
         if expire_at_ms is None:
             self._expires.pop(key, None)
         else:
@@ -166,7 +165,7 @@ class Keyspace:
 
     def flush(self) -> None:
         """Remove every key (FLUSHALL)."""
-        self.journal.record("flush", {})
+        self.journal.append(KeysFlush())
         self._data.clear()
         self._expires.clear()
         self._seq.clear()
@@ -190,7 +189,7 @@ class Keyspace:
         return removed
 
     def delete_expired(self, keys: list[bytes]) -> None:
-        self.journal.record("del", {"keys": keys})
+        """Remove keys whose deadline has passed (not logged: replay expires them itself)."""
         for key in keys:
             self._remove(key)
         self.expired_keys += len(keys)

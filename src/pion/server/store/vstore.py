@@ -1,9 +1,9 @@
 """The V-store: sessions of per-layer K/V rows, LRU eviction, byte accounting, prefix registry.
 
-Narrow interface, no globals: one ``VStore`` per worker, held in
-``ServerState.components["vstore"]``. Commands (V.*, KV.PREFIX.*) call it; the
-persistence layer observes it through the ``journal`` hook (see
-``pion.server.store.journal``) and replays into it with the same methods.
+Narrow interface, no globals: one ``VStore`` per worker, in ``ServerState.stores``.
+Commands (V.*, KV.PREFIX.*) call it; every mutation is handed to the ``journal``
+(``store/journal.py``) as a record of ``store/records.py``, and recovery replays those
+records into it through the same methods.
 
 Mutations, each validated first, then journaled, then applied:
   create_session, store_rows, drop, register_prefix, drop_prefixes, evict_sessions, flush
@@ -33,6 +33,7 @@ from pion.common.ids import K_SUFFIX, V_SUFFIX, Namespace, SessionId, k_session,
 from pion.server.store.glob import compile_glob
 from pion.server.store.journal import Journal, NullJournal
 from pion.server.store.prefixes import BlockTable, PrefixEntry
+from pion.server.store.records import Evict, PrefixDrop, PrefixRegister, VCreate, VDrop, VFlush, VStoreBatch
 from pion.server.store.session import INPUT_DTYPES, SAME_ENCODING, Session, check_formats
 
 OUTPUT_DTYPES = {"f32": "<f4", "f16": "<f2", "raw": None}
@@ -171,7 +172,7 @@ class VStore:
             self._touch(existing)
             return False
         self._make_room(0, 1, pair_of(sid))
-        self.journal.record("create", {"sid": sid, "kv_dim": kv_dim, "formats": formats, "uniform": uniform})
+        self.journal.append(VCreate(sid, kv_dim, formats, uniform))
         self._insert(SessionId(sid), kv_dim, formats, uniform)
         return True
 
@@ -191,8 +192,7 @@ class VStore:
         end_id = start_id + len(encoded) // row_bytes
         delta = max(0, end_id - n_rows) * row_bytes
         self._make_room(delta, 0, pair_of(sid))
-        self.journal.record("store", {"sid": sid, "layer": layer, "start_id": start_id,
-                                      "n_rows": end_id - start_id, "rows": encoded})
+        self.journal.append(VStoreBatch(sid, layer, start_id, end_id - start_id, encoded))
         rows_now = session.layer_buffer(layer).write(start_id, encoded)
         self._bytes += delta
         self._touch(session)
@@ -203,7 +203,7 @@ class VStore:
         dropped = 0
         for sid in sids:
             if SessionId(sid) in self._sessions:
-                self.journal.record("drop", {"sid": sid})
+                self.journal.append(VDrop(sid))
                 self._remove(SessionId(sid))
                 dropped += 1
         return dropped
@@ -234,9 +234,9 @@ class VStore:
                 raise CommandError(f"session '{sid}' exists with kv_dim {existing.kv_dim} and "
                                    f"format {_describe(existing.formats, existing.uniform)}")
         self._make_room(0, missing, pair_of(k_session(ns)))
-        self.journal.record("register", {"ns": ns, "kv_dim": kv_dim, "k_formats": k_formats,
-                                         "v_formats": v_formats, "uniform": uniform, "block_size": block_size,
-                                         "hashes": hashes, "layers": layers, "prefill_ms": prefill_ms})
+        # PREFILL_MS is not logged: a restarted server credits the per-token estimate.
+        self.journal.append(PrefixRegister(ns, kv_dim, k_formats, v_formats, uniform, block_size, hashes,
+                                           layers))
         for sid, formats in sides:
             session = self._sessions.get(sid) or self._insert(sid, kv_dim, formats, uniform)
             self._touch(session)
@@ -257,7 +257,7 @@ class VStore:
             sides = [sid for sid in (k_session(ns), v_session(ns)) if sid in self._sessions]
             if not sides and Namespace(ns) not in self._prefixes:
                 continue
-            self.journal.record("prefix_drop", {"ns": ns})
+            self.journal.append(PrefixDrop(ns))
             for sid in sides:
                 self._remove(sid)
             self._prefixes.pop(Namespace(ns), None)
@@ -268,7 +268,7 @@ class VStore:
         """Drop every session and registration (FLUSHALL)."""
         if not self._sessions and not self._prefixes:
             return
-        self.journal.record("flush", {})
+        self.journal.append(VFlush())
         self._sessions.clear()
         self._prefixes.clear()
         self._bytes = 0
@@ -278,7 +278,7 @@ class VStore:
         present = [sid for sid in sids if sid in self._sessions]
         if not present:
             return
-        self.journal.record("evict", {"sids": present})
+        self.journal.append(Evict(present))
         for sid in present:
             self._remove(sid)
         self.evicted_sessions += len(present)

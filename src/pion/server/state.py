@@ -1,0 +1,76 @@
+"""Build one worker's typed state, start it and stop it — every part in one visible order.
+
+``build_state(config)`` constructs the parts (nothing touches the data directory or a
+socket yet); ``open_state(state)`` recovers the stores from ``--dir`` (raising
+``RecoveryError`` on damage; ``main`` maps it to exit code 1), attaches the WAL to the
+stores and to the network layer's reply path, and starts active expiry;
+``close_state(state)`` undoes that after the listener has drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pion.server.commands.table import build_table
+from pion.server.config import ServerConfig
+from pion.server.context import ServerState
+from pion.server.dispatcher import Dispatcher
+from pion.server.net import PionServer
+from pion.server.persist import PersistOptions, Persistence
+from pion.server.persist.binding import attach, make_sink
+from pion.server.persist.wal import FsyncPolicy
+from pion.server.receipt import Receipt
+from pion.server.semantic.embedder import MiniLMEmbedder
+from pion.server.store.stores import Stores
+
+WORKER_ID = 0  # one worker per process in this build; -w N gives each worker its own files
+
+
+def build_state(config: ServerConfig) -> ServerState:
+    """The worker's parts, in dependency order: stores, receipt, embedder, persistence,
+    command table and dispatcher, network."""
+    stores = Stores.make(max_sessions=config.max_sessions, maxmemory=config.maxmemory)
+    receipt = Receipt(config.prefill_us_per_token)
+    embedder = MiniLMEmbedder()
+    policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
+    persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
+                                         config.wal_repair))
+    table = build_table()
+    dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us)
+    state = ServerState(config=config, started_at=time.time(), stores=stores, receipt=receipt,
+                        embedder=embedder, persist=persist, table=table, dispatcher=dispatcher)
+    state.network = PionServer(state, dispatcher)
+    return state
+
+
+def open_state(state: ServerState) -> None:
+    """Recover, then log every mutation, then start active expiry (inside the running loop,
+    before the listener opens). Raises RecoveryError when the data directory is damaged."""
+    persist = state.persist
+    persist.recover(make_sink(state.stores))
+    attach(state.stores, persist)
+    # Group commit per event-loop batch: small records are buffered and written (and
+    # fsynced under always) once, before any reply of the batch leaves (net.py).
+    persist.enable_batching()
+    state.network.before_reply.append(persist.flush_batch)
+    state.network.reply_pending.append(persist.batch_pending)
+    state.dispatcher.track_writes = True
+    state.expiry_task = asyncio.get_running_loop().create_task(
+        _expire_forever(state, 1.0 / state.config.hz))
+
+
+async def _expire_forever(state: ServerState, interval_s: float) -> None:
+    keyspace = state.stores.keyspace
+    while True:
+        await asyncio.sleep(interval_s)
+        keyspace.active_expire_cycle()
+
+
+def close_state(state: ServerState) -> None:
+    """Stop expiry, release the embedder, flush and close the WAL (after clients drained)."""
+    if state.expiry_task is not None:
+        state.expiry_task.cancel()
+        state.expiry_task = None
+    state.embedder.close()
+    state.persist.close()

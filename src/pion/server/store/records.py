@@ -1,0 +1,329 @@
+"""Logged mutations: one class per WAL/snapshot record — the schema of every record lives here.
+
+A store builds one of these *after* validating a request and *before* changing anything,
+hands it to its ``Journal`` (``store/journal.py``), then applies the change; recovery
+decodes each record back into its class and calls ``apply(stores)``, which runs the same
+store method with the journal detached. A record knows three things:
+
+* its **fields** — the dataclass attributes, in declaration order, are the field names
+  and their order on disk (``fields()``; ``OMIT_NONE`` names are left out when None);
+* its **type byte** — ``TYPE``, a ``RecordType`` (the frame header, ``persist/records.py``);
+* how to **apply** itself — ``apply(stores)``.
+
+Adding a record type: one class here (``@register``), one ``RecordType`` number in
+``persist/records.py``, one round-trip test. A misspelt record is a misspelt class name:
+mypy and the import fail, not a run-time ``-ERR``.
+
+The frame and the tagged field encoding (``i`` i64, ``f`` f64, ``t`` bool, ``s`` utf-8,
+``b`` bytes, ``n`` None, ``l`` list) are in ``persist/records.py``; files in
+``persist/files.py`` and ``persist/snapshot.py``. Decoders ignore fields they do not know,
+so a newer writer may add some. Schema (type byte, class, fields)::
+
+    1  V.CREATE            VCreate           sid s, kv_dim i, formats l[s], uniform t
+    2  V.STOREBATCH        VStoreBatch       sid s, layer i, start_id i, n_rows i,
+                                             rows b (the stored encoding)
+    3  V.DROP              VDrop             sid s
+    4  KV.PREFIX.REGISTER  PrefixRegister    ns s, kv_dim i, k_formats l[s], v_formats l[s],
+                                             uniform t, block_size i|n, hashes b|n (u64 LE),
+                                             layers i|n (PREFILL_MS is deliberately not persisted)
+    5  KV.PREFIX.DROP      PrefixDrop        ns s (both sessions and the registration)
+    6  SET                 KeySet            key b, value b, expire_at_ms i|n (absolute unix ms)
+    7  DEL                 KeysDel           keys l[b]
+    8  EXPIRE              KeyExpire         key b, expire_at_ms i|n (absolute unix ms; n = persist)
+    9  FLUSHALL            KeysFlush         (no fields: the keyspace's part of FLUSHALL)
+    10 EVICT               Evict             sids l[s] (LRU / maxmemory eviction; a K/V pair together)
+    11 V.FLUSH             VFlush            (no fields: every V-store session and registration)
+    12 SEMANTIC.SET        SemanticSet       cache s, scope s, text s, response b, vector b
+                                             (unit-norm fp32 LE: replay needs no embedding model),
+                                             expire_at_ms i (absolute unix ms; 0 = no TTL),
+                                             created_ms i, meta b|n, id i; in snapshots also
+                                             next_id i (the cache's next entry id)
+    13 SEMANTIC.DEL        SemanticDel       cache s, ids l[i] (only ids that were present)
+    14 SEMANTIC.FLUSH      SemanticFlush     cache s (one named semantic cache)
+    15 SEMANTIC.FLUSHALL   SemanticFlushAll  (no fields: every semantic cache, from FLUSHALL)
+    127 SNAPSHOT.END       (snapshot.py)     records i, begin_seq i, end_seq i
+
+Not logged, on purpose: expiry deletions of keys and semantic entries (deadlines are
+absolute, so a replayed entry expires on its own) and PREFILL_MS (a restarted server
+credits such a prefix with the per-token estimate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from pion.common.ids import SessionId
+from pion.server.persist.records import RecordType
+
+if TYPE_CHECKING:
+    from pion.server.store.stores import Stores
+
+Blob = bytes | memoryview
+
+
+class Record:
+    """Base of every logged mutation (see the module docstring)."""
+
+    __slots__ = ()
+    TYPE: ClassVar[RecordType]
+    NAMES: ClassVar[tuple[str, ...]] = ()  # field names in disk order, set by @register
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset()  # fields left out of the payload when None
+
+    def fields(self) -> dict[str, Any]:
+        """The field map ``persist/records.py`` encodes, in disk order."""
+        omit = self.OMIT_NONE
+        out = {}
+        for name in self.NAMES:
+            value = getattr(self, name)
+            if value is None and name in omit:
+                continue
+            out[name] = value
+        return out
+
+    @classmethod
+    def decode(cls: type[R], fields: Mapping[str, Any]) -> R:
+        """The record from a decoded payload; blob fields become ``bytes`` unless the class
+        keeps views (``VStoreBatch`` rows are copied by the store). KeyError if one is missing."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name in fields:
+                values[f.name] = _owned(fields[f.name])
+            elif f.default is dataclasses.MISSING:
+                raise KeyError(f"{RecordType(cls.TYPE).name} record has no field '{f.name}'")
+        return cls(**values)
+
+    def apply(self, stores: Stores) -> None:
+        """Make the change on ``stores`` (journals detached during recovery)."""
+        raise NotImplementedError
+
+
+R = TypeVar("R", bound=Record)
+RECORD_CLASSES: dict[int, type[Record]] = {}
+
+
+def register(cls: type[R]) -> type[R]:
+    """Add a record class to the registry by its type byte; a type byte taken twice is refused."""
+    if cls.TYPE in RECORD_CLASSES:
+        raise ValueError(f"record type {cls.TYPE} registered twice "
+                         f"({RECORD_CLASSES[cls.TYPE].__name__} and {cls.__name__})")
+    cls.NAMES = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+    RECORD_CLASSES[cls.TYPE] = cls
+    return cls
+
+
+def decode_record(rtype: int, fields: Mapping[str, Any]) -> Record:
+    """The record of type byte ``rtype``; ValueError for a type no class describes."""
+    cls = RECORD_CLASSES.get(rtype)
+    if cls is None:
+        raise ValueError(f"no record class for type {rtype}")
+    return cls.decode(fields)
+
+
+def _owned(value: Any) -> Any:
+    """Blobs decoded as views into a reader's buffer, copied so a store may keep them."""
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, tuple):
+        return tuple(_owned(v) for v in value)
+    return value
+
+
+# ---- V-store ---------------------------------------------------------------------------------
+@register
+@dataclass(slots=True)
+class VCreate(Record):
+    TYPE: ClassVar[RecordType] = RecordType.V_CREATE
+    sid: str
+    kv_dim: int
+    formats: tuple[str, ...]  # one per layer, or one for a uniform session
+    uniform: bool
+
+    def apply(self, stores: Stores) -> None:
+        stores.vstore.create_session(self.sid, self.kv_dim, tuple(self.formats), bool(self.uniform))
+
+
+@register
+@dataclass(slots=True)
+class VStoreBatch(Record):
+    TYPE: ClassVar[RecordType] = RecordType.V_STOREBATCH
+    sid: str
+    layer: int
+    start_id: int
+    n_rows: int
+    rows: Blob  # encoded rows; when logged, a view valid only during the journal call
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> VStoreBatch:
+        # The rows stay a view into the reader's buffer: store_rows copies them once.
+        return cls(fields["sid"], fields["layer"], fields["start_id"], fields["n_rows"], fields["rows"])
+
+    def apply(self, stores: Stores) -> None:
+        stores.vstore.store_rows(self.sid, self.layer, self.start_id, self.rows, dtype="raw")
+
+
+@register
+@dataclass(slots=True)
+class VDrop(Record):
+    TYPE: ClassVar[RecordType] = RecordType.V_DROP
+    sid: str
+
+    def apply(self, stores: Stores) -> None:
+        stores.vstore.drop([self.sid])
+
+
+@register
+@dataclass(slots=True)
+class PrefixRegister(Record):
+    TYPE: ClassVar[RecordType] = RecordType.KV_PREFIX_REGISTER
+    ns: str
+    kv_dim: int
+    k_formats: tuple[str, ...]
+    v_formats: tuple[str, ...]
+    uniform: bool
+    block_size: int | None = None
+    hashes: Blob | None = None  # block hashes, u64 little-endian
+    layers: int | None = None
+
+    def apply(self, stores: Stores) -> None:
+        stores.vstore.register_prefix(
+            self.ns, self.kv_dim, tuple(self.k_formats), tuple(self.v_formats), bool(self.uniform),
+            block_size=self.block_size, hashes=None if self.hashes is None else bytes(self.hashes),
+            layers=self.layers)
+
+
+@register
+@dataclass(slots=True)
+class PrefixDrop(Record):
+    TYPE: ClassVar[RecordType] = RecordType.KV_PREFIX_DROP
+    ns: str
+
+    def apply(self, stores: Stores) -> None:
+        stores.vstore.drop_prefixes([self.ns])
+
+
+@register
+@dataclass(slots=True)
+class Evict(Record):
+    TYPE: ClassVar[RecordType] = RecordType.EVICT
+    sids: Sequence[str]
+
+    def apply(self, stores: Stores) -> None:
+        stores.vstore.evict_sessions([SessionId(s) for s in self.sids])
+
+
+@register
+@dataclass(slots=True)
+class VFlush(Record):
+    TYPE: ClassVar[RecordType] = RecordType.V_FLUSH
+
+    def apply(self, stores: Stores) -> None:
+        stores.vstore.flush()
+
+
+# ---- keyspace --------------------------------------------------------------------------------
+@register
+@dataclass(slots=True)
+class KeySet(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SET
+    key: bytes
+    value: bytes
+    expire_at_ms: int | None
+
+    def fields(self) -> dict[str, Any]:  # the hot path of a pipelined SET: no generic walk
+        return {"key": self.key, "value": self.value, "expire_at_ms": self.expire_at_ms}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> KeySet:
+        return cls(bytes(fields["key"]), bytes(fields["value"]), fields["expire_at_ms"])
+
+    def apply(self, stores: Stores) -> None:
+        stores.keyspace.set(self.key, self.value, self.expire_at_ms)
+
+
+@register
+@dataclass(slots=True)
+class KeysDel(Record):
+    TYPE: ClassVar[RecordType] = RecordType.DEL
+    keys: Sequence[bytes]
+
+    def apply(self, stores: Stores) -> None:
+        stores.keyspace.delete(list(self.keys))
+
+
+@register
+@dataclass(slots=True)
+class KeyExpire(Record):
+    TYPE: ClassVar[RecordType] = RecordType.EXPIRE
+    key: bytes
+    expire_at_ms: int | None  # None: the TTL is removed (PERSIST)
+
+    def apply(self, stores: Stores) -> None:
+        stores.keyspace.expire(self.key, self.expire_at_ms)
+
+
+@register
+@dataclass(slots=True)
+class KeysFlush(Record):
+    TYPE: ClassVar[RecordType] = RecordType.FLUSHALL
+
+    def apply(self, stores: Stores) -> None:
+        stores.keyspace.flush()
+
+
+# ---- semantic cache ----------------------------------------------------------------------------
+@register
+@dataclass(slots=True)
+class SemanticSet(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SEMANTIC_SET
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"next_id"})
+    cache: str
+    scope: str
+    text: str
+    response: bytes
+    vector: bytes  # unit-norm float32, little-endian
+    expire_at_ms: int  # absolute unix ms; 0 = no TTL
+    created_ms: int
+    meta: bytes | None
+    id: int
+    next_id: int | None = None  # snapshots only: the cache's next entry id
+
+    def apply(self, stores: Stores) -> None:
+        import numpy as np
+
+        vec = np.frombuffer(self.vector, dtype="<f4").astype(np.float32)
+        stores.semantic.restore(self.cache, self.scope, self.text, self.response, vec, self.id,
+                                self.expire_at_ms, self.created_ms, self.meta, next_id=self.next_id)
+
+
+@register
+@dataclass(slots=True)
+class SemanticDel(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SEMANTIC_DEL
+    cache: str
+    ids: Sequence[int]
+
+    def apply(self, stores: Stores) -> None:
+        stores.semantic.delete(self.cache, list(self.ids))
+
+
+@register
+@dataclass(slots=True)
+class SemanticFlush(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SEMANTIC_FLUSH
+    cache: str
+
+    def apply(self, stores: Stores) -> None:
+        stores.semantic.flush(self.cache)
+
+
+@register
+@dataclass(slots=True)
+class SemanticFlushAll(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SEMANTIC_FLUSHALL
+
+    def apply(self, stores: Stores) -> None:
+        stores.semantic.flush_all()
+

@@ -1,0 +1,38 @@
+"""The three data stores of one worker, built together because they share a memory budget.
+
+``Stores`` is what the record layer applies to (``store/records.py``), what snapshots
+walk (``persist/binding.py``) and what FLUSHALL empties. Built once by
+``pion.server.state.build_state``; command families reach it as ``state.stores``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pion.server.semantic.cache import SemanticCacheStore
+from pion.server.store.keyspace import Keyspace
+from pion.server.store.vstore import VStore
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    """The V-store (V.*, KV.PREFIX.*), the keyspace (SET/GET...) and the semantic cache."""
+
+    vstore: VStore
+    keyspace: Keyspace
+    semantic: SemanticCacheStore
+
+    @classmethod
+    def make(cls, max_sessions: int = 256, maxmemory: int = 0) -> Stores:
+        """Empty stores; the V-store's ``maxmemory`` budget counts the keyspace's bytes too."""
+        keyspace = Keyspace()
+        vstore = VStore(max_sessions=max_sessions, max_bytes=maxmemory,
+                        external_bytes=lambda: keyspace.used_bytes)
+        return cls(vstore, keyspace, SemanticCacheStore())
+
+    def flush_all(self) -> None:
+        """FLUSHALL: every store empties itself (keyspace, V-store, semantic cache: the order
+        of their records in the WAL)."""
+        self.keyspace.flush()
+        self.vstore.flush()
+        self.semantic.flush_all()
