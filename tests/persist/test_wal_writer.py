@@ -1,4 +1,4 @@
-"""The WAL writer: fsync policies, group commit, and MISCONF on a failed write."""
+"""The WAL writer: fsync policies, batched group commit, and MISCONF on a failed write."""
 
 from __future__ import annotations
 
@@ -17,59 +17,21 @@ from pion.server.persist.files import DataLayout
 from pion.server.persist.wal import WalWriter
 
 
-def test_always_group_commits_concurrent_writers_into_few_fsyncs(tmp_path: Path) -> None:
+def test_always_writes_and_fsyncs_a_whole_batch_once_before_its_replies(tmp_path: Path) -> None:
     wal = WalWriter(DataLayout(tmp_path), "always")
-
-    async def one_command(i: int) -> int:
-        seq = wal.append(RecordType.SET, {"key": b"k%d" % i, "value": b"x" * 100, "expire_at_ms": None})
-        await wal.sync_barrier()
-        assert wal.synced_seq >= seq  # the reply may only go out once its record is durable
-        return seq
-
-    async def main() -> list[int]:
-        return await asyncio.gather(*(one_command(i) for i in range(64)))
-
-    seqs = asyncio.run(main())
-    assert sorted(seqs) == list(range(1, 65))
-    assert wal.synced_seq == 64
-    assert 1 <= wal.fsyncs < 64
-    wal.close()
-
-
-def test_always_waits_for_an_fsync_started_after_the_append(tmp_path: Path) -> None:
-    wal = WalWriter(DataLayout(tmp_path), "always")
-
-    async def main() -> None:
-        wal.append(RecordType.FLUSHALL, {})
-        wal._fd_lock.acquire()  # hold the next fsync at the door
-        first = asyncio.ensure_future(wal.sync_barrier())
-        # Wait until the helper thread has noted "covers seq 1" and waits at the lock in _sync_fd
-        # (polled: a fixed sleep was flaky on a loaded machine).
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-            group = wal._group
-            frame = sys._current_frames().get(group.ident) if group is not None and group.ident else None
-            if frame is not None and frame.f_code.co_name == "_sync_fd":
-                break
-        wal.append(RecordType.FLUSHALL, {})  # written while that fsync is pending
-        wal._fd_lock.release()
-        await first
-        # Seq 2 may count as durable only after a second fdatasync (one that began after its
-        # append); on a loaded machine that one can finish before this task resumes.
-        assert wal.synced_seq == 1 or wal.fsyncs >= 2
-        await wal.sync_barrier()
-        assert wal.synced_seq == 2
-
-    asyncio.run(main())
-    assert wal.fsyncs == 2
+    wal.enable_batching()
+    seqs = [wal.append(RecordType.SET, {"key": b"k%d" % i, "value": b"x" * 100, "expire_at_ms": None})
+            for i in range(64)]
+    assert (seqs, wal.written_seq, wal.fsyncs, wal.batch_pending) == (list(range(1, 65)), 0, 0, True)
+    wal.flush_batch()  # the network layer's before_reply hook
+    assert (wal.written_seq, wal.synced_seq, wal.fsyncs, wal.batch_pending) == (64, 64, 1, False)
     wal.close()
 
 
 def test_everysec_syncs_in_the_background_within_about_a_second(tmp_path: Path) -> None:
     wal = WalWriter(DataLayout(tmp_path), "everysec")
     wal.append(RecordType.FLUSHALL, {})
-    asyncio.run(wal.sync_barrier())  # returns at once under everysec
+    assert wal.synced_seq == 0
     deadline = time.monotonic() + 3.0
     while wal.synced_seq < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -184,7 +146,7 @@ def test_a_failed_fsync_under_always_answers_misconf(tmp_path: Path) -> None:
     wal.append(RecordType.FLUSHALL, {})
     os.close(wal._fd)  # the device "fails": fdatasync now raises OSError
     with pytest.raises(CommandError) as err:
-        asyncio.run(wal.sync_barrier())
+        wal.flush_batch()
     assert err.value.code == "MISCONF"
     assert wal.misconf is not None
     wal._fd = os.open(layout.wal_path, os.O_WRONLY | os.O_APPEND)

