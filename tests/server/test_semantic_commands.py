@@ -121,7 +121,7 @@ def test_get_outcomes_are_counted_in_pion_stats(conn: redis.Redis) -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["GET", "t7", "s", "q", "THRESHOLD", "high"], "THRESHOLD must be a number, got 'high'"),
+    (["GET", "t7", "s", "q", "THRESHOLD", "high"], "value is not a valid float (THRESHOLD)"),
     (["GET", "t7", "s", "q", "THRESHOLD", "2"], "THRESHOLD must be between -1 and 1"),
     (["GET", "t7", "s", "q", "BOGUS", "1"], "unknown option 'BOGUS'"),
     (["GET", "t7", "s", "q", "THRESHOLD"], "option THRESHOLD needs a value"),
@@ -133,7 +133,7 @@ def test_get_outcomes_are_counted_in_pion_stats(conn: redis.Redis) -> None:
     (["SET", "t7", "s", "q", "r", "VECTOR", np.full(4, np.nan, "<f4").tobytes()], "VECTOR contains NaN or infinity"),
     (["SET", "t7", "s", "  ", "r"], "text must not be empty"),
     (["SET", "t7", "s", "q"], "wrong number of arguments for 'ai.semantic_cache|set' command"),
-    (["DEL", "t7", "x1"], "entry id must be an integer, got 'x1'"),
+    (["DEL", "t7", "x1"], "value is not an integer or out of range (entry id)"),
     (["PUT", "t7"], "unknown AI.SEMANTIC_CACHE subcommand 'PUT' (try SET, GET, DEL, FLUSH, INFO)"),
 ])
 def test_bad_input_is_refused_and_records_nothing(conn: redis.Redis, args: list, message: str) -> None:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pion import __version__
 from pion.common.errors import CommandError, arity_error, clip_for_echo
 from pion.server.commands.spec import CommandSpec
+from pion.server.commands.store_args import parse_redis_int
+from pion.server.errors import SYNTAX_ERROR, WRONGPASS
 from pion.server.context import ClientState, CommandContext
 from pion.server.resp.replies import OK, SimpleString, Verbatim
 
@@ -29,8 +31,6 @@ if TYPE_CHECKING:
     from pion.server.dispatcher import Dispatcher
 
 REDIS_COMPAT_VERSION = "7.2.0"  # the Redis whose protocol and replies we follow
-WRONGPASS = "invalid username-password pair or user is disabled."
-NOT_INTEGER = "value is not an integer or out of range"
 _BAD_NAME_CHARS = frozenset(range(0, 33)) | {127}
 
 
@@ -66,7 +66,7 @@ def cmd_admin_echo(ctx: CommandContext, args: list[bytes]) -> Any:
 
 def cmd_admin_auth(ctx: CommandContext, args: list[bytes]) -> Any:
     if len(args) > 2:
-        raise CommandError("syntax error")
+        raise CommandError(SYNTAX_ERROR)
     if len(args) == 1 and ctx.server.config.requirepass is None:
         raise CommandError("AUTH <password> called without any password configured for the "
                            "default user. Are you sure your configuration is correct?")
@@ -113,11 +113,7 @@ def cmd_admin_hello(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 def cmd_admin_select(ctx: CommandContext, args: list[bytes]) -> Any:
-    try:
-        index = int(args[0])
-    except ValueError:
-        raise CommandError(NOT_INTEGER) from None
-    if index != 0:
+    if parse_redis_int(args[0]) != 0:
         raise CommandError("DB index is out of range")
     return OK
 
@@ -191,7 +187,7 @@ def _client_list(ctx: CommandContext, rest: list[bytes]) -> str:
             except ValueError:
                 raise CommandError("Invalid client ID") from None
         else:
-            raise CommandError("syntax error")
+            raise CommandError(SYNTAX_ERROR)
     lines = [_client_line(conn.client, conn) for cid, conn in sorted(conns.items())
              if wanted is None or cid in wanted]
     return "".join(line + "\n" for line in lines)
@@ -392,7 +388,7 @@ def cmd_admin_config(ctx: CommandContext, args: list[bytes]) -> Any:
 
 def cmd_admin_flushall(ctx: CommandContext, args: list[bytes]) -> Any:
     if len(args) > 1 or (args and args[0].upper() not in (b"ASYNC", b"SYNC")):
-        raise CommandError("syntax error")
+        raise CommandError(SYNTAX_ERROR)
     ctx.server.stores.flush_all()
     return OK
 

@@ -12,13 +12,13 @@ from typing import Any
 
 from pion.common.errors import CommandError, arity_error
 from pion.server.commands.spec import CommandSpec
+from pion.server.commands.store_args import parse_redis_int as parse_int
+from pion.server.errors import SYNTAX_ERROR
 from pion.server.context import CommandContext, ServerState
 from pion.server.resp.replies import OK
 from pion.server.store.glob import compile_glob
 from pion.server.store.keyspace import ENTRY_OVERHEAD_BYTES, Keyspace, now_ms
 
-SYNTAX_ERROR = "syntax error"
-NOT_INTEGER = "value is not an integer or out of range"
 KEYS_SLICE = 20_000  # keys matched between two yields to the event loop
 MAX_EXPIRE_MS = 2**62  # beyond this, unix-ms arithmetic overflows Redis's 64-bit range
 MAX_SCAN_COUNT = 1_000_000
@@ -26,19 +26,6 @@ MAX_SCAN_COUNT = 1_000_000
 
 def _keyspace(ctx: CommandContext) -> Keyspace:
     return ctx.server.stores.keyspace
-
-
-def parse_int(raw: bytes) -> int:
-    """A Redis integer argument (ASCII, optional '-', no spaces); -ERR otherwise."""
-    if not raw or len(raw) > 20 or raw[:1] == b"+" or raw != raw.strip():
-        raise CommandError(NOT_INTEGER)
-    try:
-        value = int(raw)
-    except ValueError:
-        raise CommandError(NOT_INTEGER) from None
-    if not -(2**63) <= value < 2**63:
-        raise CommandError(NOT_INTEGER)
-    return value
 
 
 def _deadline_ms(amount: int, unit_ms: int, absolute: bool, command: str) -> int:

@@ -35,16 +35,15 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 from typing import Any
 
 import numpy as np
 
 from pion.common.errors import CommandError, arity_error, clip_for_echo
 from pion.server.commands.spec import CommandSpec
+from pion.server.commands.store_args import I64_MAX, I64_MIN, parse_float, parse_int
 from pion.server.context import CommandContext, ServerState
-from pion.server.semantic.cache import DEFAULT_THRESHOLD, SemanticCacheStore
-from pion.server.semantic.embedder import MiniLMEmbedder
+from pion.server.semantic.cache import DEFAULT_THRESHOLD
 from pion.server.slowlog import exclude_from_slowlog
 
 MAX_EMBED_TEXTS = 256
@@ -115,16 +114,6 @@ def _options(args: list[bytes], allowed: set[str]) -> dict[str, bytes]:
     return opts
 
 
-def _number(raw: bytes, name: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise CommandError(f"{name} must be a number, got '{clip_for_echo(raw)}'") from None
-    if not math.isfinite(value):
-        raise CommandError(f"{name} must be finite")
-    return value
-
-
 async def cmd_ai_embed(ctx: CommandContext, args: list[bytes]) -> list[bytes]:
     if len(args) > MAX_EMBED_TEXTS:
         raise CommandError(f"AI.EMBED takes at most {MAX_EMBED_TEXTS} texts per call")
@@ -147,7 +136,7 @@ async def cmd_semantic_set(ctx: CommandContext, args: list[bytes]) -> int:
     opts = _options(args[4:], {"TTL", "VECTOR", "META"})
     ttl_s = None
     if "TTL" in opts:
-        ttl_s = _number(opts["TTL"], "TTL")
+        ttl_s = parse_float(opts["TTL"], "TTL")
         if ttl_s <= 0:
             raise CommandError("TTL must be a positive number of seconds")
     meta = opts.get("META")
@@ -184,7 +173,7 @@ async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] 
     opts = _options(pairs, {"THRESHOLD", "VECTOR"})
     threshold = DEFAULT_THRESHOLD
     if "THRESHOLD" in opts:
-        threshold = _number(opts["THRESHOLD"], "THRESHOLD")
+        threshold = parse_float(opts["THRESHOLD"], "THRESHOLD")
         if not -1.0 <= threshold <= 1.0:
             raise CommandError("THRESHOLD must be between -1 and 1")
     store = ctx.server.stores.semantic
@@ -205,12 +194,7 @@ def cmd_semantic_del(ctx: CommandContext, args: list[bytes]) -> int:
     if len(args) < 2:
         raise arity_error("ai.semantic_cache|del")
     cache = _text(args[0], "cache name")
-    ids: list[int] = []
-    for raw in args[1:]:
-        try:
-            ids.append(int(raw))
-        except ValueError:
-            raise CommandError(f"entry id must be an integer, got '{clip_for_echo(raw)}'") from None
+    ids = [parse_int(raw, "entry id", I64_MIN, I64_MAX) for raw in args[1:]]
     return ctx.server.stores.semantic.delete(cache, ids)
 
 

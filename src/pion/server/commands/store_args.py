@@ -1,4 +1,5 @@
-"""Argument parsing shared by the V.* and KV.PREFIX.* families (Redis's wording for bad values).
+"""Argument parsing shared by every command family: the server's one integer parser and one
+float parser, plus option and identifier helpers (texts from ``pion.server.errors``).
 
 Every parser raises ``CommandError`` before a handler changes anything, so a
 refused command records nothing.
@@ -7,12 +8,15 @@ refused command records nothing.
 from __future__ import annotations
 
 import math
+import re
 
 from pion.common.errors import CommandError, clip_for_echo
+from pion.server.errors import NOT_A_FLOAT, NOT_AN_INTEGER, syntax_error_near
 
-NOT_AN_INTEGER = "value is not an integer or out of range"
 U32_MAX = 2**32 - 1
 I64_MAX = 2**63 - 1
+I64_MIN = -(2**63)
+_INTEGER = re.compile(rb"-?[0-9]+")  # what Redis's string2ll accepts: no '+', spaces or '_'
 
 
 def word(arg: bytes) -> str:
@@ -24,29 +28,44 @@ def wire_word(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def parse_int(arg: bytes, what: str, lo: int = 0, hi: int = I64_MAX) -> int:
-    """A decimal integer in ``lo..hi``; Redis's wording when it is not a number."""
-    try:
-        value = int(arg)
-    except ValueError:
-        raise CommandError(f"{NOT_AN_INTEGER} ({what})") from None
-    if not arg.strip(b"-").isdigit():  # int() also accepts ' 1', '1_0', '+1'
-        raise CommandError(f"{NOT_AN_INTEGER} ({what})")
+def parse_int(arg: bytes, what: str | None = None, lo: int = 0, hi: int = I64_MAX) -> int:
+    """A decimal integer in ``lo..hi``.
+
+    With ``what`` (Pion's commands) the errors name the argument: ``value is not an integer
+    or out of range (layer)``, ``layer must be 0..511, got 600``. Without it (Redis's own
+    commands) every failure is exactly Redis's ``value is not an integer or out of range``.
+    """
+    if len(arg) > 20 or _INTEGER.fullmatch(arg) is None:  # > 20 chars: Redis refuses too
+        raise CommandError(NOT_AN_INTEGER if what is None else f"{NOT_AN_INTEGER} ({what})")
+    value = int(arg)
     if not lo <= value <= hi:
+        if what is None:
+            raise CommandError(NOT_AN_INTEGER)
         bound = f">= {lo}" if hi == I64_MAX else f"{lo}..{hi}"
         raise CommandError(f"{what} must be {bound}, got {value}")
     return value
 
 
-def parse_ms(arg: bytes, what: str) -> float:
-    """A finite, non-negative number of milliseconds."""
+def parse_redis_int(arg: bytes) -> int:
+    """A signed 64-bit integer argument of a Redis command (Redis's one error text)."""
+    return parse_int(arg, None, I64_MIN, I64_MAX)
+
+
+def parse_float(arg: bytes, what: str, lo: float = -math.inf) -> float:
+    """A finite number >= ``lo``; ``value is not a valid float (what)`` when it is not one."""
     try:
         value = float(arg)
     except ValueError:
-        raise CommandError(f"value is not a valid float ({what})") from None
-    if not math.isfinite(value) or value < 0:
-        raise CommandError(f"{what} must be a finite number >= 0, got {clip_for_echo(arg)}")
+        raise CommandError(f"{NOT_A_FLOAT} ({what})") from None
+    if not math.isfinite(value) or value < lo:
+        bound = "" if lo == -math.inf else f" >= {lo:g}"
+        raise CommandError(f"{what} must be a finite number{bound}, got {clip_for_echo(arg)}")
     return value
+
+
+def parse_ms(arg: bytes, what: str) -> float:
+    """A finite, non-negative number of milliseconds."""
+    return parse_float(arg, what, 0.0)
 
 
 def parse_dtype(arg: bytes, allowed: tuple[str, ...]) -> str:
@@ -67,7 +86,7 @@ def option(arg: bytes) -> str:
 
 
 def syntax_error(arg: bytes) -> CommandError:
-    return CommandError(f"syntax error near '{clip_for_echo(arg)}'")
+    return syntax_error_near(arg)
 
 
 def need_value(args: list[bytes], i: int, n: int, name: str) -> list[bytes]:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 from pion.common.errors import CommandError
 from pion.server.commands.spec import CommandSpec
 from pion.server.commands.store_args import (
-    NOT_AN_INTEGER, need_value, option, parse_dtype, parse_format, parse_int, syntax_error, wire_word, word,
+    need_value, option, parse_dtype, parse_format, parse_int, syntax_error, wire_word, word,
 )
+from pion.server.errors import NOT_AN_INTEGER, SYNTAX_ERROR
 from pion.server.resp.replies import OK
 from pion.server.store.session import MAX_LAYERS
 
@@ -74,7 +75,7 @@ def parse_trailing_dtype(args: list[bytes], n_fixed: int, allowed: tuple[str, ..
     if option(args[n_fixed]) != "DTYPE":
         raise syntax_error(args[n_fixed])
     if len(args) != n_fixed + 2:
-        raise CommandError("DTYPE needs 1 value" if len(args) == n_fixed + 1 else "syntax error")
+        raise CommandError("DTYPE needs 1 value" if len(args) == n_fixed + 1 else SYNTAX_ERROR)
     return parse_dtype(args[n_fixed + 1], allowed)
 
 

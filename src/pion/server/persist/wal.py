@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pion.common.errors import CommandError
+from pion.server.errors import wal_misconf
 from pion.server.persist.files import DataLayout, fsync_dir, write_all
 from pion.server.persist.records import RecordType, append_small, frame
 
@@ -187,8 +188,7 @@ class WalWriter:
             except OSError as e:
                 self._sync_failed = str(e)
                 self._fail(f"fsync failed: {e.strerror or e}")
-                raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): fsync failed: "
-                                   f"{e.strerror or e}", code="MISCONF") from e
+                raise wal_misconf(self.layout.wal_path.name, f"fsync failed: {e.strerror or e}") from e
             self._sync_failed = None
             self._write_ok()
 
@@ -198,10 +198,7 @@ class WalWriter:
         return bool(self._buf) or (self.policy == "always" and self.synced_seq < self.last_seq)
 
     def _misconf_error(self, e: OSError) -> CommandError:
-        return CommandError(
-            f"Errors writing to the WAL ({self.layout.wal_path.name}): {e.strerror or e}. "
-            "Writes are refused until the WAL can be written again; reads keep working.",
-            code="MISCONF")
+        return wal_misconf(self.layout.wal_path.name, f"{e.strerror or e}")
 
     def _write_ok(self) -> None:
         if self.misconf is not None and self._sync_failed is None:
@@ -240,8 +237,7 @@ class WalWriter:
             self._sync_fd()
         except OSError as e:
             self._fail(f"fsync failed: {e.strerror or e}")
-            raise CommandError(f"Errors writing to the WAL ({self.layout.wal_path.name}): fsync failed: "
-                               f"{e.strerror or e}", code="MISCONF") from e
+            raise wal_misconf(self.layout.wal_path.name, f"fsync failed: {e.strerror or e}") from e
         self._sync_failed = None
         self.synced_seq = self.written_seq
 

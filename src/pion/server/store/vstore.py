@@ -30,6 +30,7 @@ import numpy as np
 from pion.codecs import Codec, get_codec
 from pion.common.errors import CodecError, CommandError
 from pion.common.ids import K_SUFFIX, V_SUFFIX, Namespace, SessionId, k_session, v_session
+from pion.server.errors import codec_error, oom_error
 from pion.server.store.glob import compile_glob
 from pion.server.store.journal import Journal, NullJournal
 from pion.server.store.prefixes import BlockTable, PrefixEntry
@@ -73,7 +74,7 @@ def encode_input(codec: Codec, fmt: str, kv_dim: int, blob: bytes | memoryview, 
     try:
         encoded = codec.encode(rows.astype(np.float32, copy=False))
     except CodecError as e:
-        raise CommandError(str(e)) from e
+        raise codec_error(e) from e
     if len(encoded) != rows.shape[0] * row_bytes:
         raise CommandError(f"codec {fmt} produced {len(encoded)} bytes for {rows.shape[0]} rows")
     return memoryview(encoded)
@@ -87,7 +88,7 @@ def decode_output(codec: Codec, fmt: str, kv_dim: int, raw: memoryview, dtype: s
     try:
         rows = codec.decode(raw, kv_dim, out_dtype)
     except CodecError as e:
-        raise CommandError(str(e)) from e
+        raise codec_error(e) from e
     flat = np.ascontiguousarray(rows, dtype=out_dtype).reshape(-1)
     return flat.view(np.uint8).data
 
@@ -405,7 +406,7 @@ class VStore:
         if over_slots(n_sessions):
             raise CommandError(f"max-sessions {self.max_sessions} reached and no session can be evicted")
         if over_bytes(n_bytes):
-            raise CommandError("command not allowed when used memory > 'maxmemory'.", code="OOM")
+            raise oom_error()
         reason = "max-sessions" if over_slots(len(self._sessions)) else "maxmemory"
         i = 0
         while i < len(planned):  # evict pair by pair so each journal record is one group
@@ -419,7 +420,7 @@ def _check_formats(kv_dim: int, formats: tuple[str, ...]) -> None:
     try:
         check_formats(kv_dim, formats)
     except CodecError as e:
-        raise CommandError(str(e)) from e
+        raise codec_error(e) from e
 
 
 def _describe(formats: tuple[str, ...], uniform: bool) -> str:
