@@ -125,7 +125,8 @@ async def cmd_ai_embed(ctx: CommandContext, args: list[bytes]) -> list[bytes]:
 async def _query_vector(ctx: CommandContext, text: str, opts: dict[str, bytes]) -> np.ndarray:
     if "VECTOR" in opts:
         return _vector_blob(opts["VECTOR"])
-    return (await _embed(ctx, [text]))[0]
+    row: np.ndarray = (await _embed(ctx, [text]))[0]
+    return row
 
 
 async def cmd_semantic_set(ctx: CommandContext, args: list[bytes]) -> int:

@@ -303,7 +303,8 @@ def parse_header(data: bytes | bytearray | memoryview) -> Header:
 
 def check_payload(payload: bytes | bytearray | memoryview, trailer: bytes | bytearray | memoryview) -> bool:
     """True when the payload matches its crc32c trailer."""
-    return crc(payload) == _U32.unpack(trailer)[0]
+    expected: int = _U32.unpack(trailer)[0]
+    return crc(payload) == expected
 
 
 class _Cursor:

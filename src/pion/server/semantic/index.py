@@ -57,7 +57,7 @@ class HnswlibAnn:
     """hnswlib HNSW with inner-product space; grows its capacity by doubling."""
 
     def __init__(self, dim: int) -> None:
-        import hnswlib  # type: ignore[import-untyped]
+        import hnswlib  # type: ignore[import-untyped,unused-ignore]
 
         self._index = hnswlib.Index(space="ip", dim=dim)
         self._capacity = 1024
@@ -156,7 +156,8 @@ class ScopeIndex:
 
     def vector(self, entry_id: int) -> np.ndarray:
         """The stored unit-norm vector of ``entry_id`` (a view; KeyError if absent)."""
-        return self._vecs[self._row_of[entry_id]]
+        vec: np.ndarray = self._vecs[self._row_of[entry_id]]
+        return vec
 
     def search(self, query: np.ndarray) -> tuple[int, float] | None:
         """Best (entry_id, cosine) for a unit-norm ``query``, or None when empty."""
