@@ -41,8 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.llm_procs import MODEL, start_llm  # noqa: E402
-from support.procs import start_server  # noqa: E402
+from support.llm_procs import MODEL, start_llm
+from support.procs import start_server
 
 MODES = {
     "pion": "(a) pion-server",

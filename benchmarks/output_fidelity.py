@@ -35,7 +35,7 @@ from pion.client.runtimes.transformers_runtime import (
 from pion.codecs import codec_names
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user, start_server  # noqa: E402
+from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user, start_server
 
 BOUNDARY_FORMATS = ["fp8", "turbo4", "mlx4g32"]
 

@@ -26,7 +26,7 @@ from pion.client.runtimes.transformers_kv import frombuffer
 from pion.codecs import get_codec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ttft_workload import start_server  # noqa: E402
+from ttft_workload import start_server
 
 N_LAYERS, KV_DIM, N_TOKENS = 30, 192, 2048
 FORMATS = ["int8", "fp8", "turbo4", "turbo3", "turbo2", "mlx4g32"]

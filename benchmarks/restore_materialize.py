@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from pion import PionPromptCache, load_model  # noqa: E402
-from pion.client.runtimes.transformers_runtime import forward_logits  # noqa: E402
-from support.procs import start_server  # noqa: E402
+from pion import PionPromptCache, load_model
+from pion.client.runtimes.transformers_runtime import forward_logits
+from support.procs import start_server
 
 
 def main() -> None:

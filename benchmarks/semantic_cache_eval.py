@@ -41,10 +41,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from pion.proxy import guard  # noqa: E402
-from pion.proxy.config import ServeConfig  # noqa: E402
-from pion.proxy.scope import resolved_text  # noqa: E402
-from pion.proxy.verifier import DEFAULT_PARAMS, Verifier, VerifierParams  # noqa: E402
+from pion.proxy import guard
+from pion.proxy.config import ServeConfig
+from pion.proxy.scope import resolved_text
+from pion.proxy.verifier import DEFAULT_PARAMS, Verifier, VerifierParams
 
 PAIRS = ROOT / "benchmarks" / "data" / "semantic_eval_pairs.jsonl"
 CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_conversations.jsonl"

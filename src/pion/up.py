@@ -61,7 +61,7 @@ class Service:
         self.pump.start()
 
     def _forward(self, out: Console) -> None:
-        assert self.proc is not None and self.proc.stdout is not None  # noqa: S101 - set by start()
+        assert self.proc is not None and self.proc.stdout is not None  # set by start()
         width = 12
         for raw in iter(self.proc.stdout.readline, b""):
             line = raw.decode(errors="replace").rstrip("\r\n")

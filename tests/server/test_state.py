@@ -37,3 +37,12 @@ def test_a_damaged_wal_makes_pion_server_exit_with_code_1_naming_the_file(tmp_pa
     assert proc.returncode == 1
     assert "pion.vstore.0.wal is damaged at offset 0" in log
     assert "Traceback" not in log
+
+
+def test_every_handler_is_named_after_its_family_as_cmd_family_verb() -> None:
+    from pion.server.commands.table import build_table
+
+    table = build_table()
+    misnamed = [(module.__name__, spec.handler.__name__) for module in table.families for spec in module.COMMANDS
+                if not spec.handler.__name__.startswith(f"cmd_{module.__name__.rsplit('.', 1)[1]}_")]
+    assert misnamed == []

@@ -80,7 +80,7 @@ def start_server(data_dir: Path, *args: str, port: int | None = None, password: 
     if password is not None:
         cmd += ["--requirepass", password]
     full_env = {**os.environ, **(env or {})}
-    log_file = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed by the OS
+    log_file = open(log_path, "ab")  # handed to the child, closed by the OS
     proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=full_env,
                             preexec_fn=preexec_fn)  # e.g. a resource limit for disk-full tests
     _STARTED[:] = [p for p in _STARTED if p.poll() is None] + [proc]

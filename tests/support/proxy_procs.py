@@ -52,7 +52,7 @@ def start_proxy(log_dir: Path, *args: str, env: dict[str, str] | None = None,
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"pion-serve-{port}.log"
-    log_file = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    log_file = open(log_path, "ab")  # handed to the child
     proc = subprocess.Popen([sys.executable, "-m", "pion.proxy.main", "--port", str(port), *args],
                             stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     log_file.close()

@@ -10,7 +10,8 @@ Two kinds of saved prefill time are kept apart on purpose:
   estimated  any other hit is credited tokens x ``prefill_us_per_token``.
 ``prefill_seconds_avoided`` is their sum.
 
-moe_hits / moe_misses are reserved and stay 0: this build has no MoE expert tier.
+moe_hits / moe_misses are part of the 16-field contract (docs/protocol.md) and are always 0:
+this build has no MoE expert tier, so nothing counts them.
 semantic_* and vector_queries are fed by the semantic-cache / vector families
 through ``record_semantic`` and ``record_vector_query``.
 """
@@ -49,8 +50,6 @@ class Receipt:
         self.prefill_seconds_estimated = 0.0
         self.semantic_hits = 0
         self.semantic_misses = 0
-        self.moe_hits = 0
-        self.moe_misses = 0
         self.vector_queries = 0
 
     def record_prefix_lookup(self, hit: bool, tokens: int = 0, measured_ms: float | None = None) -> None:
@@ -99,8 +98,8 @@ class Receipt:
             "kvprefix_hits_measured": self.kvprefix_hits_measured,
             "semantic_hits": self.semantic_hits,
             "semantic_misses": self.semantic_misses,
-            "moe_hits": self.moe_hits,
-            "moe_misses": self.moe_misses,
+            "moe_hits": 0,  # the 16-field contract reserves these; this build has no MoE expert tier
+            "moe_misses": 0,
             "vector_queries": self.vector_queries,
             "uptime_seconds": self.uptime_seconds,
             "kvprefix_hit_rate": self.kvprefix_hits / lookups if lookups else 0.0,

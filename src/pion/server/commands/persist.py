@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pion.server.context import CommandContext, ServerState
 
 
-def cmd_kvprefix_save(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_persist_kvprefix_save(ctx: CommandContext, args: list[bytes]) -> object:
     if len(args) > 1:
         raise CommandError("syntax error: KV.PREFIX.SAVE takes at most one path")
     path = None
@@ -58,7 +58,7 @@ def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
 
 _ADMIN = frozenset({"admin"})
 COMMANDS: list[CommandSpec] = [
-    CommandSpec("KV.PREFIX.SAVE", -1, cmd_kvprefix_save, _ADMIN,
+    CommandSpec("KV.PREFIX.SAVE", -1, cmd_persist_kvprefix_save, _ADMIN,
                 "snapshot the V-store and keyspace, then truncate the WAL"),
     CommandSpec("SAVE", 1, cmd_persist_save, _ADMIN, "Synchronously save the dataset to disk"),
     CommandSpec("BGSAVE", -1, cmd_persist_bgsave, _ADMIN, "Asynchronously save the dataset to disk"),

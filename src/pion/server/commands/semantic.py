@@ -114,7 +114,7 @@ def _options(args: list[bytes], allowed: set[str]) -> dict[str, bytes]:
     return opts
 
 
-async def cmd_ai_embed(ctx: CommandContext, args: list[bytes]) -> list[bytes]:
+async def cmd_semantic_embed(ctx: CommandContext, args: list[bytes]) -> list[bytes]:
     if len(args) > MAX_EMBED_TEXTS:
         raise CommandError(f"AI.EMBED takes at most {MAX_EMBED_TEXTS} texts per call")
     texts = [_text(a, "text") for a in args]
@@ -228,7 +228,7 @@ async def cmd_semantic_cache(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 COMMANDS: list[CommandSpec] = [
-    CommandSpec("AI.EMBED", -2, cmd_ai_embed, frozenset({"readonly"}),
+    CommandSpec("AI.EMBED", -2, cmd_semantic_embed, frozenset({"readonly"}),
                 "Embed texts with all-MiniLM-L6-v2 -> 384-dim float32 blobs"),
     # SET/DEL/FLUSH are writes (WAL-logged; under --appendfsync always their replies wait
     # for the fsync); GET and INFO are not.

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pion.server.context import CommandContext, ServerState
 
 
-def cmd_pion_stats(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_stats_pion_stats(ctx: CommandContext, args: list[bytes]) -> object:
     receipt = ctx.server.receipt
     if not args:
         return receipt.snapshot()
@@ -35,5 +35,5 @@ def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
 
 
 COMMANDS: list[CommandSpec] = [
-    CommandSpec("PION.STATS", -1, cmd_pion_stats, frozenset(), "the value receipt (RESET zeroes it)"),
+    CommandSpec("PION.STATS", -1, cmd_stats_pion_stats, frozenset(), "the value receipt (RESET zeroes it)"),
 ]

@@ -45,7 +45,7 @@ def parse_schema(args: list[bytes], i: int) -> tuple[tuple[str, ...], int]:
     return tuple(parse_format(f) for f in formats), i + 2 + n_layers
 
 
-def cmd_v_create(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_vstore_create(ctx: CommandContext, args: list[bytes]) -> object:
     sid, kv_dim = word(args[0]), parse_kv_dim(args[1])
     vquant: str | None = None
     schema: tuple[str, ...] | None = None
@@ -79,7 +79,7 @@ def parse_trailing_dtype(args: list[bytes], n_fixed: int, allowed: tuple[str, ..
     return parse_dtype(args[n_fixed + 1], allowed)
 
 
-def cmd_v_storebatch(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_vstore_storebatch(ctx: CommandContext, args: list[bytes]) -> object:
     sid = word(args[0])
     layer = parse_int(args[1], "layer", 0, MAX_LAYERS - 1)
     start_id = parse_int(args[2], "start_id", 0, 2**32 - 1)
@@ -91,7 +91,7 @@ def _served(ctx: CommandContext, n_bytes: int) -> None:
     ctx.server.receipt.record_bytes_served(n_bytes)
 
 
-def cmd_v_fetch(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_vstore_fetch(ctx: CommandContext, args: list[bytes]) -> object:
     sid = word(args[0])
     layer = parse_int(args[1], "layer", 0, MAX_LAYERS - 1)
     store = ctx.server.stores.vstore
@@ -119,7 +119,7 @@ def cmd_v_fetch(ctx: CommandContext, args: list[bytes]) -> object:
     return payload
 
 
-def cmd_v_mfetch(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_vstore_mfetch(ctx: CommandContext, args: list[bytes]) -> object:
     sid = word(args[0])
     layer_from = parse_int(args[1], "layer_from", 0, MAX_LAYERS)
     layer_to = parse_int(args[2], "layer_to", 0, MAX_LAYERS)
@@ -133,7 +133,7 @@ def cmd_v_mfetch(ctx: CommandContext, args: list[bytes]) -> object:
     return payloads
 
 
-def cmd_v_info(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_vstore_info(ctx: CommandContext, args: list[bytes]) -> object:
     store = ctx.server.stores.vstore
     session = store.get(word(args[0]))
     if session is None:
@@ -153,11 +153,11 @@ def cmd_v_info(ctx: CommandContext, args: list[bytes]) -> object:
     }
 
 
-def cmd_v_drop(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_vstore_drop(ctx: CommandContext, args: list[bytes]) -> object:
     return ctx.server.stores.vstore.drop([word(a) for a in args])
 
 
-def cmd_v_list(ctx: CommandContext, args: list[bytes]) -> object:
+def cmd_vstore_list(ctx: CommandContext, args: list[bytes]) -> object:
     if len(args) > 1:
         raise syntax_error(args[1])
     pattern = word(args[0]) if args else None
@@ -173,11 +173,11 @@ def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
 _W = frozenset({"write"})
 _R = frozenset({"readonly"})
 COMMANDS: list[CommandSpec] = [
-    CommandSpec("V.CREATE", -3, cmd_v_create, _W, "create a V-store session"),
-    CommandSpec("V.STOREBATCH", -5, cmd_v_storebatch, _W, "store rows of one layer"),
-    CommandSpec("V.FETCH", -4, cmd_v_fetch, _R, "fetch rows of one layer"),
-    CommandSpec("V.MFETCH", -7, cmd_v_mfetch, _R, "fetch a row range of several layers"),
-    CommandSpec("V.INFO", 2, cmd_v_info, _R, "describe a session"),
-    CommandSpec("V.DROP", -2, cmd_v_drop, _W, "drop sessions"),
-    CommandSpec("V.LIST", -1, cmd_v_list, _R, "list session ids"),
+    CommandSpec("V.CREATE", -3, cmd_vstore_create, _W, "create a V-store session"),
+    CommandSpec("V.STOREBATCH", -5, cmd_vstore_storebatch, _W, "store rows of one layer"),
+    CommandSpec("V.FETCH", -4, cmd_vstore_fetch, _R, "fetch rows of one layer"),
+    CommandSpec("V.MFETCH", -7, cmd_vstore_mfetch, _R, "fetch a row range of several layers"),
+    CommandSpec("V.INFO", 2, cmd_vstore_info, _R, "describe a session"),
+    CommandSpec("V.DROP", -2, cmd_vstore_drop, _W, "drop sessions"),
+    CommandSpec("V.LIST", -1, cmd_vstore_list, _R, "list session ids"),
 ]

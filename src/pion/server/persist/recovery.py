@@ -92,7 +92,7 @@ def _apply(sink: Sink, rtype: int, fields: dict[str, Any], where: str, lenient: 
            report: RecoveryReport) -> None:
     try:
         sink(rtype, fields)
-    except Exception as e:  # noqa: BLE001 - a record the store refuses must not stop start-up
+    except Exception as e:  # a record the store refuses must not stop start-up
         if lenient:
             report.lenient_failures += 1
             log.debug("recovery: %s at %s already superseded in the snapshot: %s",
