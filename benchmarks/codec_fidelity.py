@@ -6,7 +6,7 @@ Prints markdown tables for docs/formats.md:
      (mean and worst row), for (a) N(0, 1) rows at D = 1024 and (b) the real
      K and V captured by benchmarks/capture_kv_fixture.py (SmolLM2-135M,
      5 layers x 1024 tokens x 192, post-RoPE K);
-  3. the spec's claims about mlx4g32, checked on the same data with two
+  3. the original design's claims about mlx4g32 (docs/design.md), checked on the same data with two
      comparison variants that exist only in this script: int4 affine with
      group 64 (``affine-g64``) and int4 symmetric with group 32 (``sym-g32``:
      scale = fp16(amax/7), codes in -8..7).

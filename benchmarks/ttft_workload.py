@@ -1,4 +1,4 @@
-"""Time to first token with and without pion-server's prefix cache (the spec's Stage-1 harness).
+"""Time to first token with and without pion-server's prefix cache (the Stage-1 harness of docs/design.md).
 
 Two parts, one run, the real SmolLM2-135M on CPU (HF transformers):
 

@@ -213,7 +213,7 @@ class Stack:
                 self.say(f"stopping {service.name}")
             try:
                 service.stop()
-            except Exception as exc:  # noqa: BLE001 - one failure must not leave the others running
+            except Exception as exc:  # one failure must not leave the others running
                 self.say(f"stopping {service.name} failed: {exc}")
         self.services = []
 

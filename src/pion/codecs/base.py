@@ -1,6 +1,6 @@
 """The codec contract: how one storage format turns float rows into bytes and back.
 
-A row is one token's ``kv_dim`` values for one layer (the spec's [N, H*D] layout).
+A row is one token's ``kv_dim`` values for one layer (the [N, H*D] layout of docs/formats.md).
 Codecs are stateless and vectorized over all rows of a batch at once. Every
 format is a fixed number of bytes per row, so a blob of n rows is exactly
 ``n * row_bytes(kv_dim)`` bytes and rows can be sliced without decoding.

@@ -10,7 +10,7 @@
   KV.PREFIX.MEMBERSHIP <ns> <hash_count> <hash_blob>     -> bulk ceil(K/8)-byte bitmap | +UNKNOWN
   KV.PREFIX.INFO                                         -> bulk "key:value" lines
 
-LAYERS (and REGISTER.SCHEMA, where it is implied) go beyond the spec: LOOKUP then
+LAYERS (and REGISTER.SCHEMA, where it is implied) are Pion extensions (docs/design.md): LOOKUP then
 answers +HIT only when both sides hold all n layers with the same token count, so
 no reader restores a half-written prefix.
 """

@@ -26,30 +26,9 @@ Payload: a field map, ``u16 n_fields`` then per field ``u8 name_len, name
     s  u32 len + utf-8 b  u64 len + bytes  n  (nothing: None)
     l  u32 count + count tagged values (tag byte + value each; decoded as a tuple)
 
-Record types and their fields (the names are the V-store journal's and the
-keyspace's own; extra fields are kept, so a newer writer can add some)::
-
-    1  V.CREATE            sid s, kv_dim i, formats l[s], uniform t
-    2  V.STOREBATCH        sid s, layer i, start_id i, n_rows i, rows b (stored encoding)
-    3  V.DROP              sid s
-    4  KV.PREFIX.REGISTER  ns s, kv_dim i, k_formats l[s], v_formats l[s], uniform t,
-                           block_size i|n, hashes b|n (u64 LE), layers i|n
-                           (PREFILL_MS is deliberately not persisted)
-    5  KV.PREFIX.DROP      ns s (both sessions and the registration)
-    6  SET                 key b, value b, expire_at_ms i|n (absolute unix ms)
-    7  DEL                 keys l[b]
-    8  EXPIRE              key b, expire_at_ms i|n (absolute unix ms; n = persist)
-    9  FLUSHALL            (no fields)
-    10 EVICT               sids l[s] (LRU / maxmemory eviction; a K/V pair together)
-    11 V.FLUSH             (no fields: every V-store session and registration, FLUSHALL)
-    12 SEMANTIC.SET        cache s, scope s, text s, response b, vector b (unit-norm fp32 LE,
-                           as stored: replay needs no embedding model), expire_at_ms i
-                           (absolute unix ms; 0 = no TTL), created_ms i, meta b|n, id i;
-                           in snapshots also next_id i (the cache's next entry id)
-    13 SEMANTIC.DEL        cache s, ids l[i] (only ids that were present)
-    14 SEMANTIC.FLUSH      cache s (one named semantic cache)
-    15 SEMANTIC.FLUSHALL   (no fields: every semantic cache, from FLUSHALL)
-    127 SNAPSHOT.END       records i, begin_seq i, end_seq i (last record of a snapshot)
+Record types, their field names and order: one class per logged mutation in
+``pion.server.store.records`` (the schema's one home); ``RecordType`` below is only the
+byte table. 127 SNAPSHOT.END (records i, begin_seq i, end_seq i) is ``snapshot.py``'s.
 
 Worked example: ``V.DROP`` of session ``"a"`` with seq 7 is 40 bytes::
 
