@@ -45,7 +45,7 @@ def _make_room(ctx: CommandContext, extra_bytes: int) -> None:
     limit = ctx.server.config.maxmemory
     if not limit or extra_bytes <= 0:
         return
-    ctx.server.stores.vstore.make_room(extra_bytes)
+    ctx.server.stores.make_room(extra_bytes)
 
 
 def _growth(ks: Keyspace, key: bytes, value: bytes) -> int:

@@ -30,6 +30,12 @@ class Stores:
                         external_bytes=lambda: keyspace.used_bytes)
         return cls(vstore, keyspace, SemanticCacheStore())
 
+    def make_room(self, extra_bytes: int) -> None:
+        """Before the keyspace grows by ``extra_bytes``: evict least recently used V-store
+        sessions so it fits the shared ``--maxmemory`` budget; CommandError(OOM), with
+        nothing evicted, when it cannot."""
+        self.vstore.make_room(extra_bytes)
+
     def flush_all(self) -> None:
         """FLUSHALL: every store empties itself (keyspace, V-store, semantic cache: the order
         of their records in the WAL)."""
