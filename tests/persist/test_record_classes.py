@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from pion.server.persist.records import HEADER_SIZE, RecordType, decode_fields, frame_bytes
+from pion.server.persist.records import HEADER_SIZE, RecordType, decode_fields, encode_fields, frame_bytes
 from pion.server.store.records import (
     RECORD_CLASSES, Evict, KeyExpire, KeysDel, KeySet, KeysFlush, PrefixDrop, PrefixRegister, Record,
     SemanticDel, SemanticFlush, SemanticFlushAll, SemanticSet, VCreate, VDrop, VFlush, VStoreBatch,
@@ -71,3 +71,17 @@ def test_registering_a_second_class_for_a_type_byte_is_refused() -> None:
         @dataclass(slots=True)
         class AnotherSet(Record):
             TYPE: ClassVar[RecordType] = RecordType.SET
+
+
+@pytest.mark.parametrize("key, value, deadline", [
+    (b"k", b"", None), (b"", b"v", 0), (b"k" * 1023, b"v" * 1023, -1), (b"k", b"v" * 1024, None),
+    (b"\x00\xff", b"x" * 5000, 4_102_444_800_000)])
+def test_the_set_records_direct_payload_is_the_generic_encoders_bytes(
+        key: bytes, value: bytes, deadline: int | None) -> None:
+    record = KeySet(key, value, deadline)
+    payload = record.small_payload()
+    parts = encode_fields(record.fields())
+    if len(key) < 1024 and len(value) < 1024:
+        assert payload == b"".join(bytes(p) for p in parts)
+    else:
+        assert payload is None  # large values keep the zero-copy path

@@ -39,7 +39,8 @@ class WalJournal:
         self._append = persist.append
 
     def append(self, record: Record) -> None:
-        self._append(record.TYPE, record.fields())
+        payload = record.small_payload()  # a pre-encoded payload on the hot path (SET), else None
+        self._append(record.TYPE, record.fields() if payload is None else payload)
 
 
 def make_sink(stores: Stores) -> Callable[[int, dict[str, Any]], None]:

@@ -101,8 +101,10 @@ class Persistence:
             raise RuntimeError("persistence used before recover() opened the WAL")
         return self.wal
 
-    def append(self, rtype: RecordType, fields: Mapping[str, Any]) -> int:
-        """Log one mutation before it is applied; CommandError(MISCONF) if the WAL write fails."""
+    def append(self, rtype: RecordType, fields: Mapping[str, Any] | bytes) -> int:
+        """Log one mutation before it is applied; CommandError(MISCONF) if the WAL write fails.
+
+        ``fields``: the field map, or the already-encoded payload (``WalWriter.append``)."""
         wal = self.wal
         if wal is None:
             wal = self._writer()  # raises: not recovered yet

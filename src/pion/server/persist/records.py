@@ -236,12 +236,37 @@ def append_small(buf: bytearray, rtype: RecordType, seq: int, fields: Mapping[st
         if out:
             parts.append(bytes(out))
         return _frame_payload(rtype, seq, parts)
-    head = _HEADER_NO_CRC.pack(MAGIC, FORMAT_VERSION, rtype, 0, len(out), seq)
+    frame_payload_into(buf, rtype, seq, out)
+    return None
+
+
+def frame_payload_into(buf: bytearray, rtype: RecordType, seq: int, payload: bytes | bytearray) -> None:
+    """Append one whole record around an already-encoded ``payload`` to ``buf``."""
+    head = _HEADER_NO_CRC.pack(MAGIC, FORMAT_VERSION, rtype, 0, len(payload), seq)
     buf += head
     buf += _U32.pack(_crc32c(head))
-    buf += out
-    buf += _U32.pack(_crc32c(out))
-    return None
+    buf += payload
+    buf += _U32.pack(_crc32c(payload))
+
+
+def frame_payload(rtype: RecordType, seq: int, payload: bytes) -> list[Any]:
+    """One whole record around an already-encoded ``payload``, as buffers for ``os.writev``."""
+    return _frame_payload(rtype, seq, [payload])
+
+
+_SET_NAMES = (_field_name("key"), _field_name("value"), _field_name("expire_at_ms"))
+
+
+def set_payload(key: bytes, value: bytes, expire_at_ms: int | None) -> bytes | None:
+    """The SET record's payload built directly (the hot path of a pipelined SET): the same
+    bytes ``encode_fields`` gives for ``{"key", "value", "expire_at_ms"}``; None when a
+    value needs the general encoder (a key or value of 1 KB or more, a non-bytes type)."""
+    if type(key) is not bytes or type(value) is not bytes or len(key) >= 1024 or len(value) >= 1024:
+        return None
+    k_name, v_name, e_name = _SET_NAMES
+    tags = _BYTES_TAGS
+    tail = b"n" if expire_at_ms is None else _TAG_I64.pack(b"i", expire_at_ms)
+    return b"".join((_COUNTS[3], k_name, tags[len(key)], key, v_name, tags[len(value)], value, e_name, tail))
 
 
 def frame_bytes(rtype: RecordType, seq: int, fields: Mapping[str, Any]) -> bytes:

@@ -59,7 +59,7 @@ from typing import Any, Literal
 from pion.common.errors import CommandError
 from pion.server.errors import wal_misconf
 from pion.server.persist.files import DataLayout, fsync_dir, write_all
-from pion.server.persist.records import RecordType, append_small, frame
+from pion.server.persist.records import RecordType, append_small, frame, frame_payload, frame_payload_into
 
 FsyncPolicy = Literal["always", "everysec", "no"]
 FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
@@ -125,11 +125,12 @@ class WalWriter:
         """Buffer small records until ``flush_batch`` (the server calls it before each reply batch)."""
         self.batching = True
 
-    def append(self, rtype: RecordType, fields: Mapping[str, Any]) -> int:
+    def append(self, rtype: RecordType, fields: Mapping[str, Any] | bytes) -> int:
         """Log one record; returns its sequence number. Raises CommandError(MISCONF) on failure.
 
-        Unbatched, or for a large record: written now (after any buffered records).
-        Batched and small: copied into the buffer; ``flush_batch`` writes it.
+        ``fields`` is the field map, or the payload already encoded (``bytes``; a record
+        class's ``small_payload``). Unbatched, or for a large record: written now (after any
+        buffered records). Batched and small: copied into the buffer; ``flush_batch`` writes it.
         """
         if self._sync_failed is not None:
             self._retry_sync()
@@ -140,7 +141,14 @@ class WalWriter:
             # A payload that is one small buffer (no zero-copy blob of 4 KB or more) is
             # framed straight into the buffer; anything else comes back as frame()'s parts.
             buf = self._buf
-            small = append_small(buf, rtype, seq, fields, BATCH_MAX_RECORD)
+            if type(fields) is bytes:
+                if len(fields) <= BATCH_MAX_RECORD:
+                    frame_payload_into(buf, rtype, seq, fields)
+                    small = None
+                else:
+                    small = frame_payload(rtype, seq, fields)
+            else:
+                small = append_small(buf, rtype, seq, fields, BATCH_MAX_RECORD)  # type: ignore[arg-type]
             if small is None:
                 self.last_seq = seq
                 if len(buf) > BATCH_MAX_BYTES:
@@ -149,8 +157,10 @@ class WalWriter:
             parts = small
             if buf:
                 self.flush_batch()
+        elif type(fields) is bytes:
+            parts = frame_payload(rtype, seq, fields)
         else:
-            parts = frame(rtype, seq, fields)
+            parts = frame(rtype, seq, fields)  # type: ignore[arg-type]
         good = self._offset
         try:
             written = write_all(self._fd, parts)

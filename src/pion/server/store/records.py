@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pion.common.ids import SessionId
-from pion.server.persist.records import RecordType
+from pion.server.persist.records import RecordType, set_payload
 
 if TYPE_CHECKING:
     from pion.server.store.stores import Stores
@@ -82,6 +82,11 @@ class Record:
                 continue
             out[name] = value
         return out
+
+    def small_payload(self) -> bytes | None:
+        """The encoded payload when this record can build it faster than the generic encoder
+        (the same bytes as encoding ``fields()``); None otherwise. Only hot records override it."""
+        return None
 
     @classmethod
     def decode(cls: type[R], fields: Mapping[str, Any]) -> R:
@@ -232,8 +237,11 @@ class KeySet(Record):
     value: bytes
     expire_at_ms: int | None
 
-    def fields(self) -> dict[str, Any]:  # the hot path of a pipelined SET: no generic walk
+    def fields(self) -> dict[str, Any]:
         return {"key": self.key, "value": self.value, "expire_at_ms": self.expire_at_ms}
+
+    def small_payload(self) -> bytes | None:  # the hot path of a pipelined SET
+        return set_payload(self.key, self.value, self.expire_at_ms)
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> KeySet:
