@@ -237,7 +237,7 @@ def cmd_keyspace_dbsize(ctx: CommandContext, args: list[bytes]) -> Any:
     return len(_keyspace(ctx))
 
 
-# ---- family hooks ---------------------------------------------------------------------------
+# ---- INFO ------------------------------------------------------------------------------------
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
     ks = state.stores.keyspace
     fields: list[tuple[str, object]] = []
