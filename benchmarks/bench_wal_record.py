@@ -5,7 +5,8 @@ This measures that layer on the hottest write, side by side with a baseline chec
 (e.g. ``git worktree add /tmp/base main``), each in its own process:
 
 1. in-process: ``Keyspace.set`` with the WAL journal attached (batched, ``appendfsync no``),
-   flushing the batch every 1000 SETs — µs per SET, best of 5 rounds of 50 000;
+   flushing the batch every 1000 SETs — µs per SET, best of 5 rounds of 50 000; and recovery
+   replaying a WAL of 200 000 SET records (50 000 keys) — µs per record, best of 3;
 2. with ``--server``: pion-server from each tree under ``redis-benchmark -t set -d 3 -c 50``
    (with and without ``-P 16``), server CPU µs per request from ``/proc``; rounds interleaved.
 
@@ -55,9 +56,40 @@ persist.close()
 print(best)
 """
 
+_REPLAY = r"""
+import tempfile, time
+from pathlib import Path
+from pion.server.persist import PersistOptions, Persistence
+from pion.server.persist.files import DataLayout
+from pion.server.persist.recovery import recover
+from pion.server.persist import binding
+from pion.server.semantic.cache import SemanticCacheStore
+from pion.server.store.keyspace import Keyspace
+from pion.server.store.vstore import VStore
+data_dir = Path(tempfile.mkdtemp())
+persist = Persistence(PersistOptions(data_dir, 0, "no"))
+persist.recover(lambda rtype, fields: None)
+persist.enable_batching()
+for i in range(200_000):
+    persist.append(6, {"key": b"key:%06d" % (i % 50_000), "value": b"xxx", "expire_at_ms": None})
+persist.close()
+best = float("inf")
+for _ in range(3):
+    stores = (VStore(), Keyspace(), SemanticCacheStore())
+    try:  # this tree: the sink applies typed records to a Stores
+        from pion.server.store.stores import Stores
+        sink = binding.make_sink(Stores(*stores))
+    except ImportError:  # before issue 11
+        sink = binding.make_sink(*stores)
+    started = time.perf_counter()
+    recover(DataLayout(data_dir, 0), sink)
+    best = min(best, (time.perf_counter() - started) / 200_000 * 1e6)
+print(best)
+"""
 
-def in_process(src: Path) -> float:
-    out = subprocess.run([sys.executable, "-c", _IN_PROCESS], env={**os.environ, "PYTHONPATH": str(src)},
+
+def in_process(src: Path, script: str = _IN_PROCESS) -> float:
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(src)},
                          capture_output=True, text=True, check=True, timeout=600)
     return float(out.stdout.strip())
 
@@ -97,10 +129,12 @@ def main() -> None:
     opts = parser.parse_args()
     trees = {"baseline": opts.baseline_src.resolve(), "this tree": HERE_SRC}
     per_set: dict[str, list[float]] = {name: [] for name in trees}
+    replay: dict[str, list[float]] = {name: [] for name in trees}
     cpu: dict[tuple[str, int], list[float]] = {(name, p): [] for name in trees for p in (1, 16)}
     for _ in range(opts.rounds):
         for name, src in trees.items():
             per_set[name].append(in_process(src))
+            replay[name].append(in_process(src, _REPLAY))
             if opts.server:
                 for pipeline in (1, 16):
                     cpu[(name, pipeline)].append(server_cpu_us(src, pipeline, opts.requests))
@@ -110,6 +144,8 @@ def main() -> None:
     print("| measurement | baseline | this tree | this ÷ baseline |")
     print("|---|---:|---:|---:|")
     print(f"| in-process Keyspace.set + WAL record, µs | {base:.2f} | {new:.2f} | {new / base:.2f}× |")
+    base, new = statistics.median(replay["baseline"]), statistics.median(replay["this tree"])
+    print(f"| recovery: replay one SET record from the WAL, µs | {base:.2f} | {new:.2f} | {new / base:.2f}× |")
     if opts.server:
         for pipeline in (1, 16):
             b = statistics.median(cpu[("baseline", pipeline)])
