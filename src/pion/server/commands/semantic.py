@@ -26,8 +26,8 @@ one scope must have the same dimension. GET outcomes are counted in PION.STATS
 (semantic_hits / semantic_misses) through the store's receipt.
 
 With persistence running (always, in pion-server) SET/DEL/FLUSH and FLUSHALL are
-logged to the WAL before they apply and included in snapshots (records SEMANTIC.* in
-docs/formats.md); the stored vector is logged, so a restart never re-embeds. INFO's
+logged to the WAL before they apply and included in snapshots (records ``SemanticSet`` ...
+in ``server/store/records.py``); the stored vector is logged, so a restart never re-embeds. INFO's
 ``persisted`` is 1 then.
 """
 
