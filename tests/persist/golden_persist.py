@@ -35,6 +35,7 @@ import numpy as np
 from pion.server.persist import PersistOptions, Persistence
 from pion.server.semantic.cache import SemanticCacheStore
 from pion.server.store.keyspace import Keyspace
+from pion.server.store.stores import Stores
 from pion.server.store.vstore import VStore
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden" / "persist"
@@ -55,13 +56,10 @@ def unit(dim: int, seed: int) -> np.ndarray:
     return vec / np.linalg.norm(vec)
 
 
-class Stores:
-    """The three stores with fixed parameters."""
-
-    def __init__(self) -> None:
-        self.keyspace = Keyspace()
-        self.vstore = VStore(max_sessions=MAX_SESSIONS, max_bytes=0)
-        self.semantic = SemanticCacheStore(clock=lambda: SEMANTIC_NOW_S)
+def fixed_stores() -> Stores:
+    """The three stores with fixed parameters (a fixed clock for the semantic cache)."""
+    return Stores(VStore(max_sessions=MAX_SESSIONS, max_bytes=0), Keyspace(),
+                  SemanticCacheStore(clock=lambda: SEMANTIC_NOW_S))
 
 
 def mutate(s: Stores) -> None:
@@ -158,8 +156,8 @@ def open_persistence(data_dir: Path, stores: Stores) -> Persistence:
     from pion.server.persist.binding import attach, make_sink
 
     persist = Persistence(PersistOptions(data_dir, 0, "no"))
-    persist.recover(make_sink(stores))  # type: ignore[arg-type]  # the same three stores
-    attach(stores, persist)  # type: ignore[arg-type]
+    persist.recover(make_sink(stores))
+    attach(stores, persist)
     persist.enable_batching()
     return persist
 
@@ -170,8 +168,8 @@ def recover_only(data_dir: Path) -> Stores:
     from pion.server.persist.files import DataLayout
     from pion.server.persist.recovery import recover
 
-    stores = Stores()
-    recover(DataLayout(data_dir, 0), make_sink(stores))  # type: ignore[arg-type]
+    stores = fixed_stores()
+    recover(DataLayout(data_dir, 0), make_sink(stores))
     return stores
 
 
@@ -186,7 +184,7 @@ def write_golden(root: Path) -> dict[str, Any]:
         if data_dir.exists():
             shutil.rmtree(data_dir)
         data_dir.mkdir(parents=True)
-        stores = Stores()
+        stores = fixed_stores()
         persist = open_persistence(data_dir, stores)
         mutate(stores)
         persist.flush_batch()
