@@ -195,7 +195,7 @@ class Connection(asyncio.Protocol):
                 frames_fed = True
                 # hiredis takes any buffer (its stub says bytes): no copy of large payloads.
                 reader.feed(piece)  # type: ignore[arg-type]
-                self.fed_since_frame += len(piece)  # type: ignore[arg-type]
+                self.fed_since_frame += len(piece)  # type: ignore[arg-type,unused-ignore]
                 self.mid_request = True
             if framed.error is not None:
                 self._frame_failed(framed.error)

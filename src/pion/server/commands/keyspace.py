@@ -8,6 +8,7 @@ against Redis. Writes that grow the keyspace ask the V-store, which shares the
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pion.common.errors import CommandError, arity_error

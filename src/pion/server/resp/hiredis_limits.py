@@ -56,9 +56,9 @@ def capping_supported() -> bool:
         partial = b"*1\r\n$3\r\nab"
         probe.feed(partial)
         fields = _struct_of(probe)
-        return (fields.maxbuf == probe.getmaxbuf() == 777_777
-                and fields.len == probe.len() == len(partial)
-                and fields.maxelements == DEFAULT_MAX_ELEMENTS and fields.err == 0)
+        return bool(fields.maxbuf == probe.getmaxbuf() == 777_777
+                    and fields.len == probe.len() == len(partial)
+                    and fields.maxelements == DEFAULT_MAX_ELEMENTS and fields.err == 0)
     except (ValueError, OSError):
         return False
 
