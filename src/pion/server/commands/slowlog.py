@@ -12,6 +12,7 @@ from typing import Any
 
 from pion.common.errors import CommandError, clip_for_echo
 from pion.server.commands.spec import CommandSpec
+from pion.server.commands.store_args import parse_redis_int
 from pion.server.context import CommandContext, ServerState
 from pion.server.resp.replies import OK, SimpleString
 from pion.server.slowlog import SlowLogRing
@@ -34,22 +35,18 @@ _HELP = [
 
 
 def ring_of(state: ServerState) -> SlowLogRing:
-    """The dispatcher's ring (the one seam this family uses; see net.PionServer.dispatcher)."""
-    ring: SlowLogRing = state.components["server"].dispatcher.slowlog
-    return ring
+    """The dispatcher's ring (``ServerState.dispatcher``)."""
+    return state.dispatcher.slowlog
 
 
 def _count(arg: bytes) -> int:
-    try:
-        count = int(arg)
-    except ValueError:
-        raise CommandError("value is not an integer or out of range") from None
+    count = parse_redis_int(arg)
     if count < -1:
         raise CommandError("count should be greater than or equal to -1")
     return count
 
 
-def cmd_slowlog(ctx: CommandContext, args: list[bytes]) -> Any:
+def cmd_slowlog_slowlog(ctx: CommandContext, args: list[bytes]) -> Any:
     sub = args[0].upper()
     n_args = len(args)
     if sub == b"GET" and n_args <= 2:
@@ -68,6 +65,6 @@ def cmd_slowlog(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 COMMANDS: list[CommandSpec] = [
-    CommandSpec("SLOWLOG", -2, cmd_slowlog, frozenset({"admin"}),
+    CommandSpec("SLOWLOG", -2, cmd_slowlog_slowlog, frozenset({"admin"}),
                 "Read or reset the slow-command log: GET [count], LEN, RESET, HELP"),
 ]
