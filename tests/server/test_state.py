@@ -46,3 +46,10 @@ def test_every_handler_is_named_after_its_family_as_cmd_family_verb() -> None:
     misnamed = [(module.__name__, spec.handler.__name__) for module in table.families for spec in module.COMMANDS
                 if not spec.handler.__name__.startswith(f"cmd_{module.__name__.rsplit('.', 1)[1]}_")]
     assert misnamed == []
+
+
+def test_build_state_hands_the_slowlog_settings_to_the_dispatcher(tmp_path: Path) -> None:
+    config = load_config(["--dir", str(tmp_path), "--slowlog-max-len", "5",
+                          "--slowlog-log-slower-than", "250"], env={})
+    state = build_state(config)
+    assert (state.dispatcher.slow_s, state.dispatcher.slowlog.max_len) == (250e-6, 5)

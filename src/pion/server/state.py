@@ -37,7 +37,8 @@ def build_state(config: ServerConfig) -> ServerState:
     persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
                                          config.wal_repair))
     table = build_table()
-    dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us)
+    dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us,
+                            config.slowlog_max_len)
     state = ServerState(config=config, started_at=time.time(), stores=stores, receipt=receipt,
                         embedder=embedder, persist=persist, table=table, dispatcher=dispatcher)
     state.network = PionServer(state, dispatcher)
