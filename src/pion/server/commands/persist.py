@@ -32,6 +32,7 @@ from pion.server.persist.binding import (
     semantic_journal,
     snapshot_records,
 )
+from pion.server.persist.search_binding import search_journal
 from pion.server.persist.wal import FsyncPolicy
 from pion.server.resp.replies import OK, SimpleString
 
@@ -87,11 +88,12 @@ def setup(state: ServerState) -> None:
     vstore = state.components.get("vstore")
     keyspace = state.components.get("keyspace")
     semantic = state.components.get("semantic")  # AI.SEMANTIC_CACHE's SemanticCacheStore
+    search = state.components.get("search")  # FT.*'s SearchStore
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
     persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
                                          config.wal_repair))
     try:
-        persist.recover(make_sink(vstore, keyspace, semantic))
+        persist.recover(make_sink(vstore, keyspace, semantic, search))
     except RecoveryError as e:
         log.error("%s", e)
         raise SystemExit(1) from None
@@ -104,7 +106,9 @@ def setup(state: ServerState) -> None:
     if semantic is not None:
         semantic.on_mutation = semantic_journal(persist)
         semantic.persisted = True
-    persist.set_snapshot_source(lambda: snapshot_records(vstore, keyspace, semantic))
+    if search is not None:
+        search.on_mutation = search_journal(persist)
+    persist.set_snapshot_source(lambda: snapshot_records(vstore, keyspace, semantic, search))
     server = state.components.get("server")
     if server is not None:
         # Group commit per event-loop batch: small records are buffered and written (and

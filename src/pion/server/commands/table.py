@@ -24,11 +24,13 @@ log = logging.getLogger("pion.server.commands")
 FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.admin",
     "pion.server.commands.keyspace",
+    "pion.server.commands.hashes",
     "pion.server.commands.stats",
     "pion.server.commands.vstore",
     "pion.server.commands.kvprefix",
     "pion.server.commands.semantic",
     "pion.server.commands.slowlog",
+    "pion.server.commands.search",  # after keyspace: its SearchStore watches the hashes
     # Last: its setup() recovers the stores created above before clients are accepted.
     "pion.server.commands.persist",
 )

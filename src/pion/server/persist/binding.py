@@ -12,6 +12,10 @@ keyspace and the semantic cache of AI.SEMANTIC_CACHE):
 * ``snapshot_records`` — walks both stores and yields the records that rebuild
   them (used by SAVE and BGSAVE).
 
+Hashes are logged as HSET/HDEL records (and snapshotted as one HSET per hash); FT.*
+index definitions as FT.CREATE/FT.DROPINDEX (``search_binding``): indexes are not
+stored, they are rebuilt from the hashes when the definition is replayed.
+
 PREFILL_MS is deliberately not persisted (spec): a restarted server credits
 hits on such a prefix with the per-token estimate. Expiry deletions of keys are
 not logged either: SET/EXPIRE carry absolute deadlines, so a replayed key whose
@@ -28,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 from pion.common.errors import CommandError
 from pion.common.ids import K_SUFFIX, V_SUFFIX
 from pion.server.persist.records import RecordType
+from pion.server.persist.search_binding import SEARCH_TYPES, apply_search_record, search_snapshot_records
 
 if TYPE_CHECKING:
     from pion.server.persist.manager import Persistence
+    from pion.server.search.store import SearchStore
     from pion.server.semantic.cache import SemanticCacheStore
     from pion.server.store.keyspace import Keyspace
     from pion.server.store.vstore import VStore
@@ -49,6 +55,8 @@ KEYSPACE_KINDS: dict[str, RecordType] = {
     "del": RecordType.DEL,
     "expire": RecordType.EXPIRE,
     "flush": RecordType.FLUSHALL,
+    "hset": RecordType.HSET,
+    "hdel": RecordType.HDEL,
 }
 SEMANTIC_KINDS: dict[str, RecordType] = {
     "put": RecordType.SEMANTIC_SET,
@@ -149,7 +157,8 @@ def _b(value: Any) -> bytes:
 
 
 def make_sink(vstore: VStore | None, keyspace: Keyspace | None,
-              semantic: SemanticCacheStore | None = None) -> Callable[[int, dict[str, Any]], None]:
+              semantic: SemanticCacheStore | None = None,
+              search: SearchStore | None = None) -> Callable[[int, dict[str, Any]], None]:
     """The recovery sink: one record -> the store method that made it (journals detached)."""
 
     def sink(rtype: int, f: dict[str, Any]) -> None:
@@ -180,6 +189,12 @@ def make_sink(vstore: VStore | None, keyspace: Keyspace | None,
             keyspace.flush()
         elif rtype in _SEMANTIC_TYPES and semantic is not None:
             _apply_semantic(semantic, rtype, f)
+        elif rtype == RecordType.HSET and keyspace is not None:
+            keyspace.hset(_b(f["key"]), [_b(x) for x in f["pairs"]])
+        elif rtype == RecordType.HDEL and keyspace is not None:
+            keyspace.hdel(_b(f["key"]), [_b(x) for x in f["fields"]])
+        elif rtype in SEARCH_TYPES and search is not None:
+            apply_search_record(search, rtype, f)
         else:
             raise ValueError(f"no store takes records of type {rtype}")
     return sink
@@ -193,7 +208,8 @@ def _namespace_of(sid: str) -> str | None:
 
 
 def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None,
-                     semantic: SemanticCacheStore | None = None
+                     semantic: SemanticCacheStore | None = None,
+                     search: SearchStore | None = None,
                      ) -> Iterator[tuple[RecordType, dict[str, Any]]]:
     """Records that rebuild the stores, read lazily so a BGSAVE sees a live store.
 
@@ -231,7 +247,15 @@ def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None,
                                                     "n_rows": end - start, "rows": buf.raw(start, end)}
     if keyspace is not None:
         for key, value, deadline in list(keyspace.items()):
-            yield RecordType.SET, {"key": key, "value": value, "expire_at_ms": deadline}
+            if type(value) is bytes:
+                yield RecordType.SET, {"key": key, "value": value, "expire_at_ms": deadline}
+                continue
+            pairs = [x for item in dict(value).items() for x in item]  # type: ignore[union-attr]
+            yield RecordType.HSET, {"key": key, "pairs": pairs}
+            if deadline is not None:
+                yield RecordType.EXPIRE, {"key": key, "expire_at_ms": deadline}
+    if search is not None:  # after the hashes: FT.CREATE indexes what exists (the rebuild)
+        yield from search_snapshot_records(search)
     if semantic is not None:
         for cache, next_id, item, vec in semantic.iter_entries():
             yield RecordType.SEMANTIC_SET, {

@@ -49,6 +49,10 @@ keyspace's own; extra fields are kept, so a newer writer can add some)::
     13 SEMANTIC.DEL        cache s, ids l[i] (only ids that were present)
     14 SEMANTIC.FLUSH      cache s (one named semantic cache)
     15 SEMANTIC.FLUSHALL   (no fields: every semantic cache, from FLUSHALL)
+    40 HSET                key b, pairs l[b] (field, value, field, value, ...)
+    41 HDEL                key b, fields l[b] (only fields that were present)
+    42 FT.CREATE           index s, args l[b] (the FT.CREATE words after the index name)
+    43 FT.DROPINDEX        index s (the documents, with DD, go as their own DEL record)
     127 SNAPSHOT.END       records i, begin_seq i, end_seq i (last record of a snapshot)
 
 Worked example: ``V.DROP`` of session ``"a"`` with seq 7 is 40 bytes::
@@ -105,6 +109,10 @@ class RecordType(enum.IntEnum):
     SEMANTIC_DEL = 13
     SEMANTIC_FLUSH = 14
     SEMANTIC_FLUSHALL = 15
+    HSET = 40  # hashes and FT.* start at 40: room below for other families' records
+    HDEL = 41
+    FT_CREATE = 42
+    FT_DROPINDEX = 43
     SNAPSHOT_END = 127
 
 
@@ -364,7 +372,7 @@ def record_type_name(rtype: int) -> str:
     except ValueError:
         return f"type {rtype}"
     for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("V_", "V."), ("SNAPSHOT_", "SNAPSHOT."),
-                           ("SEMANTIC_", "SEMANTIC.")):
+                           ("SEMANTIC_", "SEMANTIC."), ("FT_", "FT.")):
         if name.startswith(prefix):
             return dotted + name[len(prefix):]
     return name
