@@ -26,7 +26,7 @@ from pion.server.resp.replies import OK
 from pion.server.search.hybrid import run_hybrid
 from pion.server.search.index import Hit, SearchIndex
 from pion.server.search.options import SearchOptions, parse_options
-from pion.server.search.query import AndNode, NumericNode, parse_query
+from pion.server.search.query import AndNode, NumericNode, Query, parse_query
 from pion.server.search.replies import format_distance, info_reply, search_reply
 from pion.server.search.store import SearchStore
 from pion.server.store.keyspace import Keyspace
@@ -91,19 +91,20 @@ def _sort_key(index: SearchIndex, ks: Keyspace, field: str, score_field: str | N
     return key
 
 
-def _apply_filters(text: str, opts: SearchOptions, ctx_index: SearchIndex) -> Any:
+def _apply_filters(text: str, opts: SearchOptions) -> Query:
     query = parse_query(text, opts.params)
     if not opts.filters:
         return query
     extra = tuple(NumericNode(name, lo, hi, lo_ex, hi_ex) for name, lo, hi, lo_ex, hi_ex in opts.filters)
-    return type(query)(AndNode((query.filter, *extra)), query.knn)
+    return Query(AndNode((query.filter, *extra)), query.knn)
 
 
 def cmd_ft_search(ctx: CommandContext, args: list[bytes]) -> Any:
     store = search_store(ctx.server)
     index = store.get(_name(args[0]))
     opts = parse_options(args[2:])
-    query = _apply_filters(_name(args[1]), opts, index)
+    query = _apply_filters(_name(args[1]), opts)
+    store.keyspace.expire_due()
     hits = index.search(query)
     if opts.in_keys is not None:
         hits = [h for h in hits if h.key in opts.in_keys]
@@ -148,6 +149,7 @@ def _returned(index: SearchIndex, fields: dict[bytes, bytes],
 def cmd_ft_hybrid(ctx: CommandContext, args: list[bytes]) -> Any:
     store = search_store(ctx.server)
     index = store.get(_name(args[0]))
+    store.keyspace.expire_due()
     reply = run_hybrid(index, store.keyspace, args[1:])
     receipt_of(ctx.server).record_vector_query()
     return reply

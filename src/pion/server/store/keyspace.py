@@ -292,6 +292,11 @@ class Keyspace:
             self._remove(key)
         self.expired_keys += len(keys)
 
+    def expire_due(self) -> None:
+        """Remove every key whose deadline has passed (FT.SEARCH calls it so an expired
+        hash is never a hit: O(keys with a TTL))."""
+        self._expire_all_due()
+
     def _expire_if_due(self, key: bytes) -> bool:
         if self._expires[key] <= now_ms():
             self.delete_expired([key])
