@@ -12,6 +12,7 @@ timed in ``last_build_s``; FT.INFO shows it as ``total_indexing_time`` in ms).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 
@@ -20,6 +21,7 @@ from pion.server.search.index import SearchIndex
 from pion.server.search.schema import parse_create
 from pion.server.store.keyspace import Hash, Keyspace
 
+log = logging.getLogger("pion.search")
 Mutation = Callable[[str, Mapping[str, object]], None]
 
 
@@ -75,7 +77,8 @@ class SearchStore:
     def restore_create(self, name: str, args: list[bytes]) -> None:
         """Replay of a logged FT.CREATE (a definition that once parsed)."""
         self.indexes.pop(name, None)
-        self.create(name, args)
+        index = self.create(name, args)
+        log.info("FT index %s rebuilt: %d docs in %.3fs", name, len(index), self.build_seconds[name])
 
     def restore_drop(self, name: str) -> None:
         self.indexes.pop(name, None)
