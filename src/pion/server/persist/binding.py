@@ -247,10 +247,10 @@ def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None,
                                                     "n_rows": end - start, "rows": buf.raw(start, end)}
     if keyspace is not None:
         for key, value, deadline in list(keyspace.items()):
-            if type(value) is bytes:
+            if isinstance(value, bytes):
                 yield RecordType.SET, {"key": key, "value": value, "expire_at_ms": deadline}
                 continue
-            pairs = [x for item in dict(value).items() for x in item]  # type: ignore[union-attr]
+            pairs = [x for item in dict(value).items() for x in item]
             yield RecordType.HSET, {"key": key, "pairs": pairs}
             if deadline is not None:
                 yield RecordType.EXPIRE, {"key": key, "expire_at_ms": deadline}

@@ -167,12 +167,13 @@ def run_hybrid(index: SearchIndex, keyspace: Keyspace, raw: list[bytes]) -> dict
             fused[hit.key] = fused.get(hit.key, 0.0) + beta * (1.0 - hit.score)
     ranked = sorted(fused.items(), key=lambda kv: -kv[1])
     results = []
-    for key, score in ranked[offset:offset + num]:
-        item: dict[str, Any] = {"__key": key, "__score": f"{score:.12g}"}
+    for doc_key, score in ranked[offset:offset + num]:
+        item: dict[str | bytes, Any] = {"__key": doc_key, "__score": f"{score:.12g}"}
         if load is not None:
-            fields = keyspace.get_hash(key) or {}
+            fields = keyspace.get_hash(doc_key) or {}
             if load == ["*"]:
-                item.update(fields)
+                for field_name, field_value in fields.items():
+                    item[field_name] = field_value
             else:
                 for name in load:
                     spec = index.definition.field(name)

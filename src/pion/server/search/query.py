@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pion.common.errors import CommandError, clip_for_echo
 
@@ -95,7 +95,6 @@ class KnnClause:
 class Query:
     filter: Node
     knn: KnnClause | None = None
-    params_used: frozenset[str] = field(default_factory=frozenset)
 
 
 _WORD_STOP = set(" \t\r\n()|{}[]@\"'-~:*,;!#%^&=+<>/?`")  # '$' starts params only at word start

@@ -53,9 +53,9 @@ def now_ms() -> int:
 
 def value_bytes(value: Value) -> int:
     """What a value counts toward ``used_bytes`` (a hash: its fields and their overhead)."""
-    if type(value) is bytes:
+    if isinstance(value, bytes):
         return len(value)
-    return sum(len(f) + len(v) + FIELD_OVERHEAD_BYTES for f, v in value.items())  # type: ignore[union-attr]
+    return sum(len(f) + len(v) + FIELD_OVERHEAD_BYTES for f, v in value.items())
 
 
 def entry_bytes(key: bytes, value: Value) -> int:
