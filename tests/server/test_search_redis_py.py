@@ -289,6 +289,11 @@ def test_wrong_kind_of_value_gets_wrongtype(r2: redis.Redis) -> None:
     assert r2.type(hkey) == "string"
 
 
+def test_module_list_names_the_search_module(r2: redis.Redis) -> None:
+    modules = {m["name"]: int(m["ver"]) for m in r2.module_list()}
+    assert modules["search"] >= 20600  # what RedisVL requires
+
+
 def test_pion_counts_searches_as_vector_queries(backend: Any, r2: redis.Redis) -> None:
     if not hasattr(backend, "data_dir"):
         pytest.skip("PION.STATS is Pion's own command")

@@ -16,6 +16,7 @@ one ``vector_queries`` in PION.STATS. Syntax and replies are documented in docs/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pion.common.errors import CommandError, clip_for_echo
@@ -71,7 +72,9 @@ def cmd_ft_list(ctx: CommandContext, args: list[bytes]) -> Any:
     return list(search_store(ctx.server).indexes)
 
 
-def _sort_key(index: SearchIndex, ks: Keyspace, field: str, score_field: str | None):  # type: ignore[no-untyped-def]
+def _sort_key(index: SearchIndex, ks: Keyspace, field: str,
+              score_field: str | None) -> Callable[[Hit], tuple[int, Any]]:
+    """SORTBY's key: (0, value) for a doc with the field, (1, 0) without (sorted last)."""
     spec = index.definition.field(field)
     numeric = spec is not None and spec.kind == "NUMERIC"
     hash_field = (spec.name if spec is not None else field).encode("utf-8", "surrogateescape")
@@ -155,6 +158,19 @@ def cmd_ft_hybrid(ctx: CommandContext, args: list[bytes]) -> Any:
     return reply
 
 
+# RedisVL and LangChain's Redis store check MODULE LIST for RediSearch >= 2.6 before using FT.*.
+SEARCH_MODULE = {"name": "search", "ver": 21005, "path": "", "args": []}
+
+
+def cmd_module(ctx: CommandContext, args: list[bytes]) -> Any:
+    if args[0].upper() == b"LIST" and len(args) == 1:
+        return [SEARCH_MODULE]
+    if args[0].upper() in (b"LOAD", b"LOADEX", b"UNLOAD"):
+        raise CommandError("MODULE LOAD/UNLOAD is not supported: Pion's modules are built in")
+    raise CommandError(f"unknown subcommand or wrong number of arguments for '{clip_for_echo(args[0])}'. "
+                       "Try MODULE HELP.")
+
+
 # ---- family hooks ---------------------------------------------------------------------------
 def setup(state: ServerState) -> None:
     """The SearchStore watches the keyspace (set up before this family)."""
@@ -176,4 +192,6 @@ COMMANDS: list[CommandSpec] = [
     CommandSpec("FT._LIST", 1, cmd_ft_list, _R, "Names of every search index"),
     CommandSpec("FT.SEARCH", -3, cmd_ft_search, _R, "Query an index: text, tags, ranges, KNN"),
     CommandSpec("FT.HYBRID", -5, cmd_ft_hybrid, _R, "Text + vector search fused by reciprocal rank"),
+    CommandSpec("MODULE", -2, cmd_module, frozenset({"admin"}),
+                "MODULE LIST: the built-in search module (what RedisVL checks)"),
 ]
