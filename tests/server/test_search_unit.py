@@ -144,3 +144,21 @@ def test_vector_indexes_reuse_removed_slots_and_honour_the_prefilter() -> None:
         assert len(index) == 100
         assert [d for d, _ in index.knn(np.array([0, 0], dtype=np.float32), 3, None)] == [1, 3, 5]
         assert index.knn(np.array([0, 0], dtype=np.float32), 2, {7, 120, 8}) == [(7, 49.0), (120, 14400.0)]
+
+
+def test_deferred_recovery_builds_indexes_once_and_skipinitialscan_follows_the_replay() -> None:
+    ks, store = _store()
+    store.defer_indexing()
+    ks.hset(b"d:old", [b"t", b"x", b"v", np.array([1, 0], dtype="<f4").tobytes()])
+    store.restore_create("full", words("PREFIX 1 d: SCHEMA t TAG v VECTOR HNSW 6 TYPE FLOAT32 DIM 2 DISTANCE_METRIC L2"))
+    store.restore_create("skip", words("SKIPINITIALSCAN PREFIX 1 d: SCHEMA t TAG"))
+    ks.hset(b"d:new", [b"t", b"x", b"v", np.array([0, 1], dtype="<f4").tobytes()])
+    ks.hset(b"d:bad", [b"t", b"x", b"v", b"short"])
+    assert (len(store.indexes["full"]), len(store.indexes["skip"])) == (0, 2)
+    store.finish_deferred()
+    full = store.indexes["full"]
+    assert (len(full), full.failures, len(store.indexes["skip"])) == (2, 1, 2)
+    knn = parse_query("*=>[KNN 2 @v $q]", {"q": np.array([0, 1], dtype="<f4").tobytes()})
+    assert [h.key for h in full.search(knn)] == [b"d:new", b"d:old"]
+    ks.hdel(b"d:new", [b"v"])
+    assert [h.key for h in full.search(knn)] == [b"d:old"]

@@ -92,11 +92,15 @@ def setup(state: ServerState) -> None:
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
     persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
                                          config.wal_repair))
+    if search is not None:
+        search.defer_indexing()  # FT indexes are built once, in bulk, after the replay
     try:
         persist.recover(make_sink(vstore, keyspace, semantic, search))
     except RecoveryError as e:
         log.error("%s", e)
         raise SystemExit(1) from None
+    if search is not None:
+        search.finish_deferred()
     if vstore is not None:
         vstore.journal = StoreJournal(persist, VSTORE_KINDS, "V-store")
     if keyspace is not None:

@@ -24,6 +24,7 @@ class VectorIndex(Protocol):
     """What a VECTOR field's index does."""
 
     def add(self, doc: int, vec: np.ndarray) -> None: ...
+    def add_many(self, docs: list[int], vecs: np.ndarray) -> None: ...
     def remove(self, doc: int) -> None: ...
     def knn(self, query: np.ndarray, k: int, allowed: set[int] | None, ef: int | None) -> list[tuple[int, float]]: ...
     def __len__(self) -> int: ...
@@ -81,6 +82,18 @@ class FlatVectorIndex:
                     self._rows = grown
             self._slot_of[doc] = slot
         self._rows[slot] = _prepare(self.metric, vec[None, :])[0]
+
+    def add_many(self, docs: list[int], vecs: np.ndarray) -> None:
+        """Bulk load (start-up rebuild): one vectorised copy instead of a call per doc."""
+        if self._slot_of or not docs:
+            for doc, vec in zip(docs, vecs, strict=True):
+                self.add(doc, vec)
+            return
+        capacity = max(len(self._rows), 1 << max(0, (len(docs) - 1).bit_length()))
+        self._rows = np.zeros((capacity, self.dim), dtype=np.float32)
+        self._rows[:len(docs)] = _prepare(self.metric, vecs)
+        self._doc_at = list(docs)
+        self._slot_of = {doc: i for i, doc in enumerate(docs)}
 
     def remove(self, doc: int) -> None:
         slot = self._slot_of.pop(doc, None)
@@ -148,6 +161,18 @@ class HnswVectorIndex:
         if reuse:
             self._deleted -= 1
         self._docs.add(doc)
+
+    def add_many(self, docs: list[int], vecs: np.ndarray) -> None:
+        """Bulk load (start-up rebuild): one hnswlib call on every core."""
+        if self._docs or not docs:
+            for doc, vec in zip(docs, vecs, strict=True):
+                self.add(doc, vec)
+            return
+        if len(docs) > self._capacity:
+            self._capacity = len(docs)
+            self._index.resize_index(self._capacity)
+        self._index.add_items(vecs, np.asarray(docs), num_threads=-1)
+        self._docs.update(docs)
 
     def remove(self, doc: int) -> None:
         if doc in self._docs:
