@@ -98,3 +98,20 @@ def test_dropindex_dd_is_replayed_as_a_drop_and_deletes(tmp_path: Path) -> None:
         assert r.execute_command("FT.SEARCH", "docs", "*", "NOCONTENT") == [0]
     finally:
         server.stop()
+
+
+def test_flushall_is_replayed_as_dropping_every_index(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data", "--appendfsync", "always")
+    try:
+        r = server.client()
+        _fill(r)
+        assert r.flushall() is True
+        r.execute_command("FT.CREATE", "after", "PREFIX", "1", "a:", "SCHEMA", "t", "TEXT")
+        r.hset("a:1", "t", "survivor")
+        server.kill9()
+        server = start_server(tmp_path / "data")
+        r = server.client()
+        assert r.execute_command("FT._LIST") == [b"after"]
+        assert r.execute_command("FT.SEARCH", "after", "survivor", "NOCONTENT") == [1, b"a:1"]
+    finally:
+        server.stop()

@@ -305,3 +305,13 @@ def test_pion_counts_searches_as_vector_queries(backend: Any, r2: redis.Redis) -
         r2.ft(name).search(Query("foo("))
     after = dict(zip(*[iter(r2.execute_command("PION.STATS"))] * 2, strict=True))["vector_queries"]
     assert int(after) - int(before) == 2
+
+
+def test_flushall_drops_every_index(r2: redis.Redis) -> None:
+    name, prefix = make_index(r2)
+    assert r2.flushall() is True
+    assert r2.execute_command("FT._LIST") == []
+    r2.hset(f"{prefix}1", "title", "back again")
+    with pytest.raises(redis.ResponseError) as exc:
+        r2.ft(name).search("*")
+    assert str(exc.value) == f"{name}: no such index"

@@ -94,7 +94,7 @@ def test_bm25_ranks_the_document_with_more_occurrences_and_weight_first() -> Non
     assert [h.key for h in index.search(parse_query('"banana cherry"'))] == [b"d:1"]
 
 
-def test_index_follows_hset_hdel_del_and_flush() -> None:
+def test_index_follows_hset_hdel_set_and_flush_drops_it() -> None:
     ks, store = _store()
     index = store.create("i", words("PREFIX 1 d: SCHEMA t TAG"))
     ks.hset(b"d:1", [b"t", b"x"])
@@ -105,8 +105,9 @@ def test_index_follows_hset_hdel_del_and_flush() -> None:
     assert [h.key for h in index.search(parse_query("@t:{y}"))] == []
     ks.set(b"d:1", b"a string now")
     ks.hset(b"d:3", [b"t", b"z"])
+    assert [h.key for h in index.search(parse_query("*"))] == [b"d:3"]  # d:2 lost its last field
     ks.flush()
-    assert (len(index), ks.used_bytes) == (0, 0)
+    assert (store.indexes, ks.used_bytes) == ({}, 0)
 
 
 def test_hash_memory_accounting_returns_to_zero() -> None:

@@ -1,8 +1,9 @@
 """Every FT index of a worker, kept current by watching the keyspace's hashes.
 
 ``SearchStore.watch(key, fields)`` is a ``Keyspace.watchers`` callback: each HSET,
-HDEL, DEL, expiry, SET over a hash and FLUSHALL reaches the indexes whose prefixes
-cover the key before the command replies, so a search sees every acknowledged write.
+HDEL, DEL, expiry and SET over a hash reaches the indexes whose prefixes cover the key
+before the command replies, so a search sees every acknowledged write. FLUSHALL drops
+every index (``drop_all``, a ``Keyspace.flush_hooks`` entry), as RediSearch does.
 
 Persistence: ``on_mutation(kind, fields)`` is called before an index is created
 (``create``: index, args) or dropped (``drop``: index). The indexes themselves are
@@ -41,6 +42,7 @@ class SearchStore:
         self.build_seconds: dict[str, float] = {}
         self._deferred = False
         keyspace.watchers.append(self.watch)
+        keyspace.flush_hooks.append(self.drop_all)
 
     def watch(self, key: bytes, fields: Hash | None) -> None:
         for index in self.indexes.values():
@@ -95,6 +97,12 @@ class SearchStore:
         self.on_mutation("drop", {"index": name})
         self.build_seconds.pop(name, None)
         return self.indexes.pop(name)
+
+    def drop_all(self) -> None:
+        """FLUSHALL (live or replayed): every index goes, as in RediSearch; not logged
+        itself, the FLUSHALL record already says it."""
+        self.indexes.clear()
+        self.build_seconds.clear()
 
     def restore_create(self, name: str, args: list[bytes]) -> None:
         """Replay of a logged FT.CREATE (a definition that once parsed)."""

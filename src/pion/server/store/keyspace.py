@@ -19,7 +19,8 @@ logs exactly what clients were told. Records (see ``pion.server.persist.records`
 Values are ``bytes`` (strings) or ``dict[bytes, bytes]`` (hashes, HSET...); a hash whose
 last field goes is removed, like Redis. ``watchers`` are told about every hash change
 (the FT.* indexes keep themselves current through it): ``watcher(key, fields | None)``
-after the change, None when the key no longer holds a hash.
+after the change, None when the key no longer holds a hash; FLUSHALL calls each of
+``flush_hooks`` once instead (RediSearch drops every index on FLUSHALL, live and replayed).
 
 ``used_bytes`` approximates the memory the keyspace holds (keys + values + a fixed
 per-entry overhead); the V-store's maxmemory policy adds it to its own bytes.
@@ -75,6 +76,7 @@ class Keyspace:
         self.used_bytes = 0
         self.expired_keys = 0
         self.watchers: list[HashWatcher] = []
+        self.flush_hooks: list[Callable[[], None]] = []
 
     # ---- reads ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -261,13 +263,12 @@ class Keyspace:
     def flush(self) -> None:
         """Remove every key (FLUSHALL)."""
         self.journal.record("flush", {})
-        hashes = [k for k, v in self._data.items() if type(v) is dict] if self.watchers else []
         self._data.clear()
         self._expires.clear()
         self._seq.clear()
         self.used_bytes = 0
-        for key in hashes:
-            self._notify(key, None)
+        for hook in self.flush_hooks:
+            hook()
 
     # ---- expiry --------------------------------------------------------------------------
     def active_expire_cycle(self, budget_s: float = 0.001, sample: int = 20) -> int:
