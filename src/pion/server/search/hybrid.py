@@ -22,12 +22,13 @@ Reply (a RESP3 map; RESP2 flat pairs, as redis-py's ``HybridResult`` reads them)
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pion.common.errors import CommandError, clip_for_echo
-from pion.server.search.index import SearchIndex
+from pion.server.search.index import Hit, SearchIndex
 from pion.server.search.options import take_params
-from pion.server.search.query import AllNode, KnnClause, parse_query
+from pion.server.search.query import KnnClause, Node, parse_query
 from pion.server.store.keyspace import Keyspace
 
 DEFAULT_WINDOW = 20
@@ -70,9 +71,28 @@ class _Args:
         return int(raw)
 
 
-def run_hybrid(index: SearchIndex, keyspace: Keyspace, raw: list[bytes]) -> dict[str, Any]:
-    """Parse and run one FT.HYBRID (the words after the index name)."""
-    started = time.perf_counter()
+@dataclass
+class HybridRequest:
+    """One parsed FT.HYBRID."""
+
+    text: Node
+    field: str
+    vector: bytes
+    k: int = DEFAULT_K
+    ef: int | None = None
+    vector_filter: Node | None = None
+    method: str = "RRF"
+    window: int = DEFAULT_WINDOW
+    constant: float = RRF_CONSTANT
+    alpha: float = 0.3
+    beta: float = 0.7
+    load: list[str] | None = None
+    offset: int = 0
+    num: int = 10
+
+
+def parse_hybrid(raw: list[bytes]) -> HybridRequest:
+    """FT.HYBRID's words after the index name -> HybridRequest; -ERR when malformed."""
     params = take_params(raw)
     a = _Args(raw)
     if a.peek() != "SEARCH":
@@ -92,90 +112,105 @@ def run_hybrid(index: SearchIndex, keyspace: Keyspace, raw: list[bytes]) -> dict
         if name not in params:
             raise CommandError(f"No such parameter `{clip_for_echo(name)}`")
         blob = params[name]
-    k, ef, window, constant = DEFAULT_K, None, DEFAULT_WINDOW, RRF_CONSTANT
-    method, alpha, beta = "RRF", 0.3, 0.7
-    vector_filter = None
-    load: list[str] | None = None
-    offset, num = 0, 10
+    req = HybridRequest(text_query.filter, field, blob)
     while a.more():
         opt = a.peek()
         a.pos += 1
         if opt == "KNN":
-            n = a.count("KNN")
-            for _ in range(n // 2):
-                key = a.peek()
-                a.pos += 1
-                if key == "K":
-                    k = a.count("K")
-                elif key == "EF_RUNTIME":
-                    ef = a.count("EF_RUNTIME")
-                else:
-                    raise CommandError(f"Unknown argument `{clip_for_echo(key)}` in KNN")
+            _knn_options(a, req)
         elif opt == "RANGE":
             raise CommandError("VSIM RANGE is not supported by this build (use KNN)")
         elif opt == "FILTER":
-            vector_filter = parse_query(_text(a.take("FILTER")), params).filter
+            req.vector_filter = parse_query(_text(a.take("FILTER")), params).filter
         elif opt == "YIELD_SCORE_AS" or opt == "TIMEOUT":
             a.take(opt)
         elif opt == "COMBINE":
-            method = a.peek()
-            a.pos += 1
-            if method not in ("RRF", "LINEAR"):
-                raise CommandError(f"Unknown COMBINE method `{clip_for_echo(method)}` (RRF or LINEAR)")
-            n = a.count("COMBINE")
-            for _ in range(n // 2):
-                key = a.peek()
-                a.pos += 1
-                value = a.number(key)
-                if key == "CONSTANT":
-                    constant = value
-                elif key == "WINDOW":
-                    window = max(1, int(value))
-                elif key == "ALPHA":
-                    alpha = value
-                elif key == "BETA":
-                    beta = value
-                else:
-                    raise CommandError(f"Unknown argument `{clip_for_echo(key)}` in COMBINE")
+            _combine_options(a, req)
         elif opt == "LOAD":
             if a.peek() == "*":
                 a.pos += 1
-                load = ["*"]
+                req.load = ["*"]
             else:
                 n = a.count("LOAD")
-                load = [_text(a.take("LOAD")).lstrip("@") for _ in range(n)]
+                req.load = [_text(a.take("LOAD")).lstrip("@") for _ in range(n)]
         elif opt == "LIMIT":
-            offset, num = a.count("LIMIT"), a.count("LIMIT")
+            req.offset, req.num = a.count("LIMIT"), a.count("LIMIT")
         elif opt == "PARAMS":
             n = a.count("PARAMS")
             a.pos += n
         else:
             raise CommandError(f"Unknown argument `{clip_for_echo(opt)}` for FT.HYBRID")
+    return req
 
-    text_hits = index.text_ranking(text_query.filter)[:window]
-    allowed = None if vector_filter is None or isinstance(vector_filter, AllNode) else index.filter_docs(vector_filter)
-    vector_hits = index.knn(KnnClause(min(k, window), field, blob, ef), allowed)
+
+def _knn_options(a: _Args, req: HybridRequest) -> None:
+    n = a.count("KNN")
+    for _ in range(n // 2):
+        key = a.peek()
+        a.pos += 1
+        if key == "K":
+            req.k = a.count("K")
+        elif key == "EF_RUNTIME":
+            req.ef = a.count("EF_RUNTIME")
+        else:
+            raise CommandError(f"Unknown argument `{clip_for_echo(key)}` in KNN")
+
+
+def _combine_options(a: _Args, req: HybridRequest) -> None:
+    req.method = a.peek()
+    a.pos += 1
+    if req.method not in ("RRF", "LINEAR"):
+        raise CommandError(f"Unknown COMBINE method `{clip_for_echo(req.method)}` (RRF or LINEAR)")
+    n = a.count("COMBINE")
+    for _ in range(n // 2):
+        key = a.peek()
+        a.pos += 1
+        value = a.number(key)
+        if key == "CONSTANT":
+            req.constant = value
+        elif key == "WINDOW":
+            req.window = max(1, int(value))
+        elif key == "ALPHA":
+            req.alpha = value
+        elif key == "BETA":
+            req.beta = value
+        else:
+            raise CommandError(f"Unknown argument `{clip_for_echo(key)}` in COMBINE")
+
+
+def fuse(text_hits: list[Hit], vector_hits: list[Hit], req: HybridRequest) -> list[tuple[bytes, float]]:
+    """(key, fused score), best first: RRF over ranks, or LINEAR over BM25 and 1 - distance."""
     fused: dict[bytes, float] = {}
-    if method == "RRF":
+    if req.method == "RRF":
         for ranking in (text_hits, vector_hits):
             for rank, hit in enumerate(ranking, start=1):
-                fused[hit.key] = fused.get(hit.key, 0.0) + 1.0 / (constant + rank)
+                fused[hit.key] = fused.get(hit.key, 0.0) + 1.0 / (req.constant + rank)
     else:
         for hit in text_hits:
-            fused[hit.key] = fused.get(hit.key, 0.0) + alpha * hit.score
+            fused[hit.key] = fused.get(hit.key, 0.0) + req.alpha * hit.score
         for hit in vector_hits:
-            fused[hit.key] = fused.get(hit.key, 0.0) + beta * (1.0 - hit.score)
-    ranked = sorted(fused.items(), key=lambda kv: -kv[1])
+            fused[hit.key] = fused.get(hit.key, 0.0) + req.beta * (1.0 - hit.score)
+    return sorted(fused.items(), key=lambda kv: -kv[1])
+
+
+def run_hybrid(index: SearchIndex, keyspace: Keyspace, raw: list[bytes]) -> dict[str, Any]:
+    """Parse and run one FT.HYBRID (the words after the index name)."""
+    started = time.perf_counter()
+    req = parse_hybrid(raw)
+    text_hits = index.text_ranking(req.text)[:req.window]
+    allowed = None if req.vector_filter is None else index.filter_docs(req.vector_filter)
+    vector_hits = index.knn(KnnClause(min(req.k, req.window), req.field, req.vector, req.ef), allowed)
+    ranked = fuse(text_hits, vector_hits, req)
     results = []
-    for doc_key, score in ranked[offset:offset + num]:
+    for doc_key, score in ranked[req.offset:req.offset + req.num]:
         item: dict[str | bytes, Any] = {"__key": doc_key, "__score": f"{score:.12g}"}
-        if load is not None:
+        if req.load is not None:
             fields = keyspace.get_hash(doc_key) or {}
-            if load == ["*"]:
+            if req.load == ["*"]:
                 for field_name, field_value in fields.items():
                     item[field_name] = field_value
             else:
-                for name in load:
+                for name in req.load:
                     spec = index.definition.field(name)
                     source = (spec.name if spec is not None else name).encode("utf-8", "surrogateescape")
                     if source in fields:
