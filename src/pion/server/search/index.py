@@ -63,6 +63,7 @@ class SearchIndex:
         self.failures = 0
         self.text: dict[str, TextField] = {}
         self.tags: dict[str, dict[str, set[int]]] = {}
+        self.doc_tags: dict[int, list[tuple[str, str]]] = {}  # doc -> (field, tag): O(own tags) removal
         self.numbers: dict[str, dict[int, float]] = {}
         self.vectors: dict[str, VectorIndex] = {}
         self.sort_values: dict[int, dict[str, bytes]] = {}
@@ -161,7 +162,9 @@ class SearchIndex:
             for tag in str(value).split(spec.separator):
                 tag = tag.strip()
                 if tag:
-                    index[tag if spec.case_sensitive else tag.lower()].add(doc)
+                    tag = tag if spec.case_sensitive else tag.lower()
+                    index[tag].add(doc)
+                    self.doc_tags.setdefault(doc, []).append((spec.alias, tag))
         elif spec.kind == "NUMERIC":
             self.numbers[spec.alias][doc] = float(value)  # type: ignore[arg-type]
         elif spec.kind == "VECTOR":
@@ -174,15 +177,12 @@ class SearchIndex:
         del self.key_of[doc]
         for text_field in self.text.values():
             text_field.remove(doc)
-        for tag_index in self.tags.values():
-            empty = []
-            for tag, docs in tag_index.items():
-                if doc in docs:
-                    docs.discard(doc)
-                    if not docs:
-                        empty.append(tag)
-            for tag in empty:
-                del tag_index[tag]
+        for alias, tag in self.doc_tags.pop(doc, ()):
+            docs = self.tags[alias].get(tag)
+            if docs is not None:
+                docs.discard(doc)
+                if not docs:
+                    del self.tags[alias][tag]
         for numbers in self.numbers.values():
             numbers.pop(doc, None)
         for vectors in self.vectors.values():
