@@ -51,6 +51,17 @@ def redisearch_paths() -> tuple[Path, Path] | None:
     return server, module
 
 
+def venv_with(package: str) -> Path | None:
+    """The throw-away venv's python after ``pip install package`` there; None if that fails."""
+    python = VENV / "bin" / "python"
+    if redisearch_paths() is None:
+        return None
+    with open(f"{VENV}.log", "ab") as log:
+        ok = subprocess.call([str(VENV / "bin" / "pip"), "install", "-q", package], stdout=log, stderr=log,
+                             timeout=600) == 0
+    return python if ok else None
+
+
 class RediSearchProcess:
     """A ``redis-server --loadmodule redisearch.so`` child on a free port, no persistence."""
 
