@@ -156,7 +156,8 @@ class SearchIndex:
     def _add_field(self, doc: int, spec: FieldSpec, value: object) -> None:
         if spec.kind == "TEXT":
             field = self.text[spec.alias]
-            field.add(doc, self.analyzer.terms(str(value), field.stem))
+            words = self.analyzer.tokens(str(value))
+            field.add(doc, self.analyzer.stem_all(words) if field.stem else words, words)
         elif spec.kind == "TAG":
             index = self.tags[spec.alias]
             for tag in str(value).split(spec.separator):
@@ -227,10 +228,12 @@ class SearchIndex:
     def _all(self) -> set[int]:
         return set(self.key_of)
 
-    def _eval(self, node: Node) -> tuple[set[int], Scores]:
+    def _eval(self, node: Node, exact: bool = False) -> tuple[set[int], Scores]:
         if isinstance(node, AllNode):
             return self._all(), {}
         if isinstance(node, TermNode):
+            if exact and not node.prefix:
+                return self._exact_term(node), {}
             scores = self._term(node)
             return set(scores), scores
         if isinstance(node, PhraseNode):
@@ -240,7 +243,7 @@ class SearchIndex:
         if isinstance(node, NumericNode):
             return self._numeric(node), {}
         if isinstance(node, NotNode):
-            docs, _ = self._eval(node.child)
+            docs, _ = self._eval(node.child, exact=True)  # RediSearch does not stem-expand here
             return self._all() - docs, {}
         if isinstance(node, OptionalNode):
             docs, scores = self._eval(node.child)
@@ -249,7 +252,7 @@ class SearchIndex:
             result: set[int] | None = None
             total: Scores = {}
             for child in node.children:
-                docs, scores = self._eval(child)
+                docs, scores = self._eval(child, exact)
                 result = docs if result is None else result & docs
                 for d, s in scores.items():
                     total[d] = total.get(d, 0.0) + s
@@ -259,7 +262,7 @@ class SearchIndex:
             union: set[int] = set()
             total = {}
             for child in node.children:
-                docs, scores = self._eval(child)
+                docs, scores = self._eval(child, exact)
                 union |= docs
                 for d, s in scores.items():
                     total[d] = total.get(d, 0.0) + s
@@ -277,14 +280,24 @@ class SearchIndex:
                                f"(use @{clip_for_echo(name)}:{{...}} for TAG, [lo hi] for NUMERIC)")
         return [self.text[name]]
 
+    def _exact_term(self, node: TermNode) -> set[int]:
+        word = node.word.lower()
+        found: set[int] = set()
+        for field in self._text_fields(node.field):
+            found |= field.exact.get(word, set())
+        return found
+
     def _term(self, node: TermNode) -> Scores:
         word = node.word.lower()
         if not node.prefix and word in self.analyzer.stopwords:
             return {}
         total: Scores = {}
         for field in self._text_fields(node.field):
-            term = word if node.prefix or not field.stem else self.analyzer.stem(word)
-            for d, s in field.matching(term, node.prefix).items():
+            if node.prefix:
+                found = field.prefix_matching(word)
+            else:
+                found = field.matching(self.analyzer.stem(word) if field.stem else word)
+            for d, s in found.items():
                 total[d] = total.get(d, 0.0) + s
         return total
 

@@ -49,28 +49,43 @@ class Analyzer:
         return _STEMMER.stemWords(words) if stem else words
 
     @staticmethod
+    def stem_all(words: list[str]) -> list[str]:
+        return list(_STEMMER.stemWords(words))
+
+    @staticmethod
     def stem(word: str) -> str:
         return str(_STEMMER.stemWord(word.lower()))
 
 
 class TextField:
-    """One TEXT field's postings: term -> {doc id: term frequency}, and positions for phrases."""
+    """One TEXT field's postings: term -> {doc id: term frequency}, and positions for phrases.
+
+    ``postings`` hold stems (the words themselves under NOSTEM); ``exact`` holds the words as
+    written, for matches RediSearch does not expand (a negated term: ``-stones`` excludes
+    "stones", not "stone").
+    """
 
     def __init__(self, weight: float, stem: bool) -> None:
         self.weight = weight
         self.stem = stem
         self.postings: dict[str, dict[int, int]] = defaultdict(dict)
+        self.exact: dict[str, set[int]] = defaultdict(set)
         self.positions: dict[tuple[str, int], list[int]] = {}
         self.doc_terms: dict[int, list[str]] = {}
+        self.doc_words: dict[int, set[str]] = {}
         self.total_len = 0
 
     @property
     def n_docs(self) -> int:
         return len(self.doc_terms)
 
-    def add(self, doc: int, terms: list[str]) -> None:
+    def add(self, doc: int, terms: list[str], words: list[str] | None = None) -> None:
+        """Index ``doc``: ``terms`` as searched (stems), ``words`` as written (exact matches)."""
         self.remove(doc)
         self.doc_terms[doc] = terms
+        self.doc_words[doc] = set(terms if words is None else words)
+        for word in self.doc_words[doc]:
+            self.exact[word].add(doc)
         self.total_len += len(terms)
         for pos, term in enumerate(terms):
             posting = self.postings[term]
@@ -82,6 +97,12 @@ class TextField:
         if terms is None:
             return
         self.total_len -= len(terms)
+        for word in self.doc_words.pop(doc, ()):
+            holders = self.exact.get(word)
+            if holders is not None:
+                holders.discard(doc)
+                if not holders:
+                    del self.exact[word]
         for term in set(terms):
             posting = self.postings.get(term)
             if posting is not None:
@@ -90,12 +111,21 @@ class TextField:
                     del self.postings[term]
             self.positions.pop((term, doc), None)
 
-    def matching(self, term: str, prefix: bool = False) -> dict[int, float]:
-        """Docs holding ``term`` (or a term starting with it) -> weighted BM25 score."""
-        if prefix:
-            keys = [t for t in self.postings if t.startswith(term)]
-        else:
-            keys = [term] if term in self.postings else []
+    def prefix_matching(self, prefix: str) -> dict[int, float]:
+        """Docs holding a word (as written) that starts with ``prefix`` -> BM25 of its stem."""
+        words = [w for w in self.exact if w.startswith(prefix)]
+        holders = set().union(*(self.exact[w] for w in words)) if words else set()
+        stems = {str(_STEMMER.stemWord(w)) if self.stem else w for w in words}
+        scores: dict[int, float] = {}
+        for stem in stems:
+            for doc, score in self.matching(stem).items():
+                if doc in holders:
+                    scores[doc] = scores.get(doc, 0.0) + score
+        return scores
+
+    def matching(self, term: str) -> dict[int, float]:
+        """Docs holding ``term`` -> weighted BM25 score."""
+        keys = [term] if term in self.postings else []
         scores: dict[int, float] = {}
         n = self.n_docs
         avg_len = self.total_len / n if n else 1.0
