@@ -71,15 +71,44 @@ def test_hashes_and_indexes_survive_a_snapshot_and_restart(tmp_path: Path) -> No
     try:
         r = server.client()
         _fill(r)
-        before = _answers(r)
         assert r.execute_command("SAVE") is True
+        # After the snapshot, in the WAL only: a new doc, a deleted one, a moved vector.
         r.hset("doc:100", mapping={"body": "after the snapshot", "n": 100})
+        r.delete("doc:7")
+        r.hset("doc:8", "v", struct.pack(f"<{DIM}f", *([1.0] * DIM)))
+        before = _answers(r)
         server.stop()
         server = start_server(tmp_path / "data")
         r = server.client()
         assert _answers(r) == before
+        assert before[0][1] == b"doc:8"  # the moved vector is the nearest, live and restored
         assert r.execute_command("FT.SEARCH", "docs", "snapshot", "NOCONTENT") == [1, b"doc:100"]
-        assert "FT index docs rebuilt: 40 docs" in server.log()  # 39 + doc:100 from the WAL
+        log = server.log()
+        assert "FT index docs loaded from its snapshotted graph: 39 docs" in log  # 39 + doc:100 - doc:7
+        assert "FT index flat rebuilt: 39 docs" in log  # FLAT is rebuilt, not snapshotted
+    finally:
+        server.stop()
+
+
+def test_a_graph_restored_from_a_snapshot_keeps_taking_writes(tmp_path: Path) -> None:
+    server: ServerProcess = start_server(tmp_path / "data")
+    try:
+        r = server.client()
+        _fill(r)
+        assert r.execute_command("SAVE") is True
+        server.stop()
+        server = start_server(tmp_path / "data")
+        r = server.client()
+        for i in range(40, 60):  # new labels must not collide with the loaded graph's
+            r.hset(f"doc:{i}", mapping={"body": "fresh", "v": struct.pack(f"<{DIM}f", *([float(i)] * DIM))})
+        r.delete("doc:0", "doc:1")
+        q = struct.pack(f"<{DIM}f", *([1.0] * DIM))
+        reply = r.execute_command("FT.SEARCH", "docs", "*=>[KNN 3 @v $q AS d]", "PARAMS", "2", "q", q,
+                                  "SORTBY", "d", "RETURN", "1", "d", "DIALECT", "2")
+        assert reply[0] == 3
+        assert [float(reply[i + 1][1]) for i in range(1, len(reply), 2)] == [0.0, 0.0, 0.0]
+        info = r.execute_command("FT.INFO", "docs")
+        assert dict(zip(info[0::2], info[1::2], strict=True))[b"num_docs"] == 39 - 2 + 20
     finally:
         server.stop()
 

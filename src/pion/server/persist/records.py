@@ -53,6 +53,8 @@ keyspace's own; extra fields are kept, so a newer writer can add some)::
     41 HDEL                key b, fields l[b] (only fields that were present)
     42 FT.CREATE           index s, args l[b] (the FT.CREATE words after the index name)
     43 FT.DROPINDEX        index s (the documents, with DD, go as their own DEL record)
+    44 FT.GRAPH            index s, field s, docs l[i], keys l[b], graph b (hnswlib's save_index
+                           file; snapshots only, after the index's FT.CREATE)
     127 SNAPSHOT.END       records i, begin_seq i, end_seq i (last record of a snapshot)
 
 Worked example: ``V.DROP`` of session ``"a"`` with seq 7 is 40 bytes::
@@ -113,6 +115,7 @@ class RecordType(enum.IntEnum):
     HDEL = 41
     FT_CREATE = 42
     FT_DROPINDEX = 43
+    FT_GRAPH = 44
     SNAPSHOT_END = 127
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +37,7 @@ from pion.server.search.query import (
 )
 from pion.server.search.schema import FieldSpec, IndexDefinition
 from pion.server.search.text import DEFAULT_STOPWORDS, Analyzer, TextField
-from pion.server.search.vectors import VectorIndex, make_vector_index
+from pion.server.search.vectors import HnswVectorIndex, VectorIndex, make_vector_index
 
 Scores = dict[int, float]
 
@@ -188,6 +189,45 @@ class SearchIndex:
             numbers.pop(doc, None)
         for vectors in self.vectors.values():
             vectors.remove(doc)
+
+    # ---- graph snapshot ---------------------------------------------------------------------
+    def graph_field(self) -> str | None:
+        """The one VECTOR field when it is HNSW (such an index snapshots its graph), else None."""
+        vector_fields = [spec for spec in self.definition.fields if spec.kind == "VECTOR"]
+        if len(vector_fields) == 1 and isinstance(self.vectors[vector_fields[0].alias], HnswVectorIndex):
+            return vector_fields[0].alias
+        return None
+
+    def graph_snapshot(self) -> tuple[str, list[int], list[bytes], bytes] | None:
+        """(field, doc ids, their keys, hnswlib graph), taken at one instant."""
+        alias = self.graph_field()
+        if alias is None:
+            return None
+        index = self.vectors[alias]
+        assert isinstance(index, HnswVectorIndex)  # graph_field checked it
+        docs = list(self.key_of)
+        return alias, docs, [self.key_of[d] for d in docs], index.dump()
+
+    def restore_graph(self, alias: str, docs: list[int], keys: list[bytes], blob: bytes,
+                      get_hash: Callable[[bytes], dict[bytes, bytes] | None]) -> None:
+        """Load a snapshotted graph; the other fields are indexed from the hashes as they are."""
+        index = self.vectors.get(alias)
+        if not isinstance(index, HnswVectorIndex):
+            raise ValueError(f"index {self.name} has no HNSW field {alias}")
+        self._next_doc = max(self._next_doc, index.load(blob, docs))
+        for doc, key in zip(docs, keys, strict=True):
+            self.doc_of[key] = doc
+            self.key_of[doc] = key
+            fields = get_hash(key)
+            if fields is None:
+                continue  # written after the snapshot's hashes: the WAL replay indexes it again
+            try:
+                prepared = self._prepare(fields)
+            except ValueError:
+                continue
+            for spec, value in prepared:
+                if spec.kind != "VECTOR":
+                    self._add_field(doc, spec, value)
 
     # ---- querying ---------------------------------------------------------------------------
     def search(self, query: Query) -> list[Hit]:

@@ -41,14 +41,16 @@ class SearchStore:
         self.on_mutation: Mutation = _no_log
         self.build_seconds: dict[str, float] = {}
         self._deferred = False
+        self._loaded: set[str] = set()  # restored from a snapshotted graph during recovery
         keyspace.watchers.append(self.watch)
         keyspace.flush_hooks.append(self.drop_all)
 
     def watch(self, key: bytes, fields: Hash | None) -> None:
-        for index in self.indexes.values():
-            # While deferred only SKIPINITIALSCAN indexes follow the replay: a scan at the
-            # end could not tell which hashes they held.
-            if (not self._deferred or index.definition.skip_initial_scan) and index.covers(key):
+        for name, index in self.indexes.items():
+            # While deferred only SKIPINITIALSCAN indexes (a scan at the end could not tell
+            # which hashes they held) and graph-restored ones follow the replay.
+            if ((not self._deferred or index.definition.skip_initial_scan or name in self._loaded)
+                    and index.covers(key)):
                 index.update(key, fields)
 
     def get(self, name: str) -> SearchIndex:
@@ -82,7 +84,11 @@ class SearchStore:
     def finish_deferred(self) -> None:
         """Recovery is done: build every index once from the recovered hashes."""
         self._deferred = False
+        loaded, self._loaded = self._loaded, set()
         for name, index in list(self.indexes.items()):
+            if name in loaded:
+                log.info("FT index %s loaded from its snapshotted graph: %d docs", name, len(index))
+                continue
             if index.definition.skip_initial_scan:
                 continue
             fresh = SearchIndex(index.definition)
@@ -104,11 +110,32 @@ class SearchStore:
         self.indexes.clear()
         self.build_seconds.clear()
 
+    def restore_graph(self, name: str, alias: str, docs: list[int], keys: list[bytes], blob: bytes) -> None:
+        """Replay of a snapshot's FT.GRAPH: the HNSW graph loads instead of being rebuilt."""
+        index = self.indexes.get(name)
+        if index is None or len(index):
+            return  # dropped, or already filled: the rebuild will do
+        started = time.perf_counter()
+        index.restore_graph(alias, docs, keys, blob, self.keyspace.get_hash)
+        self.build_seconds[name] = time.perf_counter() - started
+        self._loaded.add(name)
+
+    def graph_records(self) -> list[tuple[str, str, list[int], list[bytes], bytes]]:
+        """(index, field, docs, keys, graph) of every index that snapshots its graph."""
+        out = []
+        for name, index in list(self.indexes.items()):
+            state = index.graph_snapshot()
+            if state is not None:
+                out.append((name, *state))
+        return out
+
     def restore_create(self, name: str, args: list[bytes]) -> None:
         """Replay of a logged FT.CREATE (a definition that once parsed)."""
+        self._loaded.discard(name)
         self.indexes.pop(name, None)
         self.create(name, args)
 
     def restore_drop(self, name: str) -> None:
+        self._loaded.discard(name)
         self.indexes.pop(name, None)
         self.build_seconds.pop(name, None)

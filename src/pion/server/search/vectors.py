@@ -10,6 +10,8 @@ hnswlib's filter, like RediSearch's ad-hoc brute force vs. batched search.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Protocol
 
 import numpy as np
@@ -173,6 +175,33 @@ class HnswVectorIndex:
             self._index.resize_index(self._capacity)
         self._index.add_items(vecs, np.asarray(docs), num_threads=-1)
         self._docs.update(docs)
+
+    def dump(self) -> bytes:
+        """The graph in hnswlib's own file format (for a snapshot)."""
+        with tempfile.TemporaryDirectory(prefix="pion-hnsw-") as tmp:
+            path = os.path.join(tmp, "graph.bin")
+            self._index.save_index(path)
+            with open(path, "rb") as f:
+                return f.read()
+
+    def load(self, blob: bytes, docs: list[int]) -> int:
+        """Replace the graph with a dumped one whose live labels are ``docs``; returns one
+        more than the largest label it holds (live or deleted: labels must never repeat)."""
+        import hnswlib
+
+        with tempfile.TemporaryDirectory(prefix="pion-hnsw-") as tmp:
+            path = os.path.join(tmp, "graph.bin")
+            with open(path, "wb") as f:
+                f.write(blob)
+            index = hnswlib.Index(space=_SPACES[self.metric], dim=self.dim)
+            index.load_index(path, allow_replace_deleted=True)
+        index.set_num_threads(1)
+        self._index = index
+        self._capacity = index.get_max_elements()
+        self._docs = set(docs)
+        self._deleted = index.element_count - len(self._docs)
+        labels = index.get_ids_list()
+        return (max(labels) + 1) if len(labels) else 1
 
     def remove(self, doc: int) -> None:
         if doc in self._docs:
