@@ -163,3 +163,21 @@ def test_deferred_recovery_builds_indexes_once_and_skipinitialscan_follows_the_r
     assert [h.key for h in full.search(knn)] == [b"d:new", b"d:old"]
     ks.hdel(b"d:new", [b"v"])
     assert [h.key for h in full.search(knn)] == [b"d:old"]
+
+
+def test_hnsw_graph_dump_and_load_keeps_answers_and_never_reuses_a_label() -> None:
+    params = VectorParams("HNSW", 2, "L2")
+    index = HnswVectorIndex(params)
+    for i in range(1, 51):
+        index.add(i, np.array([i, 0], dtype=np.float32))
+    index.remove(50)
+    blob = index.dump()
+    restored = HnswVectorIndex(params)
+    next_label = restored.load(blob, list(range(1, 50)))
+    query = np.array([49.4, 0], dtype=np.float32)
+    assert restored.knn(query, 2, None) == index.knn(query, 2, None)
+    assert [(d, round(x, 4)) for d, x in restored.knn(query, 2, None)] == [(49, 0.16), (48, 1.96)]
+    assert next_label == 51  # 50 was deleted but its label still lives in the graph
+    restored.add(next_label, np.array([49.5, 0], dtype=np.float32))
+    assert [d for d, _ in restored.knn(query, 2, None)] == [51, 49]
+    assert len(restored) == 50
