@@ -64,8 +64,8 @@ class SearchStore:
         if name in self.indexes:
             raise CommandError("Index already exists")
         definition = parse_create(name, args)
+        index = SearchIndex(definition)  # before logging: may refuse (HNSW without hnswlib)
         self.on_mutation("create", {"index": name, "args": list(args)})
-        index = SearchIndex(definition)
         self.indexes[name] = index
         if not definition.skip_initial_scan and not self._deferred:
             self._build(index)

@@ -16,8 +16,10 @@ from typing import Protocol
 
 import numpy as np
 
+from pion.common.errors import CommandError
 from pion.server.search.schema import VectorParams
 
+MISSING_HNSWLIB = "HNSW vector indexes need hnswlib: pip install 'pion[embed]' (or use FLAT)"
 BRUTE_FORCE_MAX = 2000  # a pre-filter allowing at most this many docs is searched exactly
 _SPACES = {"COSINE": "cosine", "L2": "l2", "IP": "ip"}
 
@@ -127,7 +129,10 @@ class HnswVectorIndex:
     and their slots reused by later inserts."""
 
     def __init__(self, params: VectorParams) -> None:
-        import hnswlib
+        try:
+            import hnswlib
+        except ImportError:  # the core install has no hnswlib: FLAT works, HNSW says what to add
+            raise CommandError(MISSING_HNSWLIB) from None
 
         self.metric = params.metric
         self.dim = params.dim
