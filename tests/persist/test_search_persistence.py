@@ -13,6 +13,9 @@ import numpy as np
 import redis
 
 from support.procs import ServerProcess, start_server
+from support.redisearch import needs_hnswlib
+
+pytestmark = needs_hnswlib  # the "docs" index is HNSW (its graph is what snapshots carry)
 
 DIM = 8
 

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.procs import ServerProcess
+from support.redisearch import HAS_HNSWLIB
 
 QUERY_PIECES = ["*", "@t:", "@g:", "@n:", "@v:", "{", "}", "[", "]", "(", ")", "|", "-", "~", "\"", "$b", "$k",
                 "=>", "[KNN", "KNN", "3", "@v", "AS", "s", "EF_RUNTIME", "hello", "wor*", " ", "-inf", "+inf",
@@ -59,7 +60,8 @@ def _seed(r: redis.Redis) -> None:
     for name in r.execute_command("FT._LIST"):
         pipe.execute_command("FT.DROPINDEX", name)
     pipe.execute_command("FT.CREATE", "fz", "PREFIX", "1", "f:", "SCHEMA", "t", "TEXT", "g", "TAG", "n", "NUMERIC",
-                         "v", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", "2", "DISTANCE_METRIC", "L2")
+                         "v", "VECTOR", "HNSW" if HAS_HNSWLIB else "FLAT", "6", "TYPE", "FLOAT32", "DIM", "2",
+                         "DISTANCE_METRIC", "L2")
     pipe.hset("f:1", mapping={"t": "hello world", "g": "a", "n": 1, "v": struct.pack("<2f", 1, 0)})
     pipe.set("f:s", "a string")
     pipe.execute(raise_on_error=False)

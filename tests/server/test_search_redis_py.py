@@ -21,7 +21,7 @@ from redis.commands.search.index_definition import IndexDefinition, IndexType
 from redis.commands.search.query import NumericFilter, Query
 
 from support.procs import start_server
-from support.redisearch import SKIP_REASON, RediSearchProcess, redisearch_paths
+from support.redisearch import SKIP_REASON, RediSearchProcess, needs_hnswlib, redisearch_paths
 
 DOCS = {  # id -> (title, genre, year, vector)
     "1": ("The runner runs far", "sci-fi", 1999, (1.0, 0.0, 0.0, 0.0)),
@@ -97,7 +97,7 @@ def result_fields(res: Any) -> list[dict[str, Any]]:
     return [{k: v for k, v in doc.__dict__.items() if k not in ("id", "payload")} for doc in res.docs]
 
 
-@pytest.mark.parametrize("algorithm", ["FLAT", "HNSW"])
+@pytest.mark.parametrize("algorithm", ["FLAT", pytest.param("HNSW", marks=needs_hnswlib)])
 def test_knn_with_params_returns_the_nearest_documents_nearest_first(r: redis.Redis, algorithm: str) -> None:
     name, prefix = make_index(r, algorithm)
     q = Query("*=>[KNN 3 @embedding $vec AS dist]").sort_by("dist").return_fields("dist", "title").dialect(2)
@@ -107,8 +107,9 @@ def test_knn_with_params_returns_the_nearest_documents_nearest_first(r: redis.Re
     assert [f["title"] for f in result_fields(res)] == ["The runner runs far", "A quiet garden", "Stone runners"]
 
 
-def test_knn_with_cosine_metric_reports_one_minus_cosine(r: redis.Redis) -> None:
-    name, prefix = make_index(r, "HNSW", "COSINE")
+@pytest.mark.parametrize("algorithm", ["FLAT", pytest.param("HNSW", marks=needs_hnswlib)])
+def test_knn_with_cosine_metric_reports_one_minus_cosine(r: redis.Redis, algorithm: str) -> None:
+    name, prefix = make_index(r, algorithm, "COSINE")
     q = Query("*=>[KNN 2 @embedding $vec AS dist]").sort_by("dist").return_fields("dist").dialect(2)
     res = r.ft(name).search(q, {"vec": vec((0.0, 2.0, 0.0, 0.0))})
     assert result_ids(res, prefix) == ["3", "5"]
@@ -212,7 +213,7 @@ def test_index_created_after_the_hashes_indexes_them(r2: redis.Redis) -> None:
 
 
 def test_info_and_list_describe_the_index(r2: redis.Redis) -> None:
-    name, prefix = make_index(r2, "HNSW", "COSINE")
+    name, prefix = make_index(r2, "FLAT", "COSINE")
     info = r2.ft(name).info()
     assert info["index_name"] == name
     assert int(info["num_docs"]) == 5

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from support.procs import ServerProcess
-from support.redisearch import RediSearchProcess, redisearch_paths, venv_with
+from support.redisearch import RediSearchProcess, needs_hnswlib, redisearch_paths, venv_with
 
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "redisvl_check.py"
 EXPECTED = [
@@ -29,6 +29,7 @@ def _run(python: Path, port: int) -> list[str]:
     return out.stdout.splitlines()
 
 
+@needs_hnswlib  # the script's schema asks for HNSW
 def test_redisvl_creates_loads_queries_and_drops_like_on_redisearch(shared_pion_server: ServerProcess) -> None:
     python = venv_with("redisvl")
     if python is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,7 @@ from pion.server.search.schema import VectorParams, parse_create
 from pion.server.search.store import SearchStore
 from pion.server.search.vectors import FlatVectorIndex, HnswVectorIndex
 from pion.server.store.keyspace import Keyspace
+from support.redisearch import needs_hnswlib
 
 
 def words(text: str) -> list[bytes]:
@@ -119,6 +122,7 @@ def test_hash_memory_accounting_returns_to_zero() -> None:
     assert (len(ks), ks.used_bytes) == (0, 0)
 
 
+@needs_hnswlib
 def test_hnsw_recall_at_10_matches_exact_search() -> None:
     rng = np.random.default_rng(0)
     data = rng.standard_normal((3000, 32)).astype(np.float32)
@@ -133,9 +137,10 @@ def test_hnsw_recall_at_10_matches_exact_search() -> None:
     assert recall >= 0.95
 
 
-def test_vector_indexes_reuse_removed_slots_and_honour_the_prefilter() -> None:
-    params = VectorParams("FLAT", 2, "L2")
-    for index in (FlatVectorIndex(params), HnswVectorIndex(params)):
+@pytest.mark.parametrize("kind", ["FLAT", pytest.param("HNSW", marks=needs_hnswlib)])
+def test_vector_indexes_reuse_removed_slots_and_honour_the_prefilter(kind: str) -> None:
+    params = VectorParams(kind, 2, "L2")
+    for index in ((FlatVectorIndex if kind == "FLAT" else HnswVectorIndex)(params),):
         for i in range(100):
             index.add(i, np.array([i, 0], dtype=np.float32))
         for i in range(0, 100, 2):
@@ -147,6 +152,7 @@ def test_vector_indexes_reuse_removed_slots_and_honour_the_prefilter() -> None:
         assert index.knn(np.array([0, 0], dtype=np.float32), 2, {7, 120, 8}) == [(7, 49.0), (120, 14400.0)]
 
 
+@needs_hnswlib
 def test_deferred_recovery_builds_indexes_once_and_skipinitialscan_follows_the_replay() -> None:
     ks, store = _store()
     store.defer_indexing()
@@ -165,6 +171,7 @@ def test_deferred_recovery_builds_indexes_once_and_skipinitialscan_follows_the_r
     assert [h.key for h in full.search(knn)] == [b"d:old"]
 
 
+@needs_hnswlib
 def test_hnsw_graph_dump_and_load_keeps_answers_and_never_reuses_a_label() -> None:
     params = VectorParams("HNSW", 2, "L2")
     index = HnswVectorIndex(params)
@@ -181,3 +188,16 @@ def test_hnsw_graph_dump_and_load_keeps_answers_and_never_reuses_a_label() -> No
     restored.add(next_label, np.array([49.5, 0], dtype=np.float32))
     assert [d for d, _ in restored.knn(query, 2, None)] == [51, 49]
     assert len(restored) == 50
+
+
+def test_hnsw_without_hnswlib_is_refused_before_anything_is_logged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "hnswlib", None)  # what a core install (no [embed] extra) has
+    ks, store = _store()
+    logged: list[str] = []
+    store.on_mutation = lambda kind, fields: logged.append(kind)
+    with pytest.raises(CommandError) as exc:
+        store.create("h", words("SCHEMA v VECTOR HNSW 6 TYPE FLOAT32 DIM 2 DISTANCE_METRIC L2"))
+    assert exc.value.message == "HNSW vector indexes need hnswlib: pip install 'pion[embed]' (or use FLAT)"
+    assert (store.indexes, logged) == ({}, [])
+    store.create("f", words("SCHEMA v VECTOR FLAT 6 TYPE FLOAT32 DIM 2 DISTANCE_METRIC L2"))
+    assert (list(store.indexes), logged) == (["f"], ["create"])

@@ -9,12 +9,14 @@ Debian 12 lacks). Both go into a throw-away venv under /tmp, built once per mach
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from support.procs import _STARTED, free_port
@@ -94,3 +96,8 @@ class RediSearchProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+
+
+HAS_HNSWLIB = importlib.util.find_spec("hnswlib") is not None
+# HNSW indexes need hnswlib (the [embed] extra); `make test-core` runs without it.
+needs_hnswlib = pytest.mark.skipif(not HAS_HNSWLIB, reason="HNSW needs hnswlib (the [embed] extra)")
