@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from pion.server.persist import PersistOptions, Persistence
+from pion.server.search.store import SearchStore
 from pion.server.semantic.cache import SemanticCacheStore
 from pion.server.store.keyspace import Keyspace
 from pion.server.store.stores import Stores
@@ -57,9 +58,10 @@ def unit(dim: int, seed: int) -> np.ndarray:
 
 
 def fixed_stores() -> Stores:
-    """The three stores with fixed parameters (a fixed clock for the semantic cache)."""
-    return Stores(VStore(max_sessions=MAX_SESSIONS, max_bytes=0), Keyspace(),
-                  SemanticCacheStore(clock=lambda: SEMANTIC_NOW_S))
+    """The stores with fixed parameters (a fixed clock for the semantic cache)."""
+    keyspace = Keyspace()
+    return Stores(VStore(max_sessions=MAX_SESSIONS, max_bytes=0), keyspace,
+                  SemanticCacheStore(clock=lambda: SEMANTIC_NOW_S), SearchStore(keyspace))
 
 
 def mutate(s: Stores) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from pion.server.persist.records import HEADER_SIZE, RecordType, decode_fields, encode_fields, frame_bytes
 from pion.server.store.records import (
-    RECORD_CLASSES, Evict, KeyExpire, KeysDel, KeySet, KeysFlush, PrefixDrop, PrefixRegister, Record,
+    RECORD_CLASSES, Evict, FtCreate, FtDropIndex, FtGraph, KeyExpire, KeyHDel, KeyHSet, KeysDel, KeySet,
+    KeysFlush, PrefixDrop, PrefixRegister, Record,
     SemanticDel, SemanticFlush, SemanticFlushAll, SemanticSet, VCreate, VDrop, VFlush, VStoreBatch,
     decode_record, register,
 )
@@ -34,6 +35,11 @@ EXAMPLES: dict[type[Record], Record] = {
     SemanticDel: SemanticDel("c", (1, 2)),
     SemanticFlush: SemanticFlush("c"),
     SemanticFlushAll: SemanticFlushAll(),
+    KeyHSet: KeyHSet(b"h\x00", (b"f", b"v", b"g", b"")),
+    KeyHDel: KeyHDel(b"h", (b"f", b"g")),
+    FtCreate: FtCreate("idx", (b"PREFIX", b"1", b"doc:", b"SCHEMA", b"t", b"TEXT")),
+    FtDropIndex: FtDropIndex("idx"),
+    FtGraph: FtGraph("idx", "v", (0, 1), (b"doc:a", b"doc:b"), b"\x00graph\xff"),
 }
 
 
@@ -56,6 +62,10 @@ def test_field_order_on_disk_is_the_declaration_order() -> None:
     assert list(EXAMPLES[PrefixRegister].fields()) == [
         "ns", "kv_dim", "k_formats", "v_formats", "uniform", "block_size", "hashes", "layers"]
     assert list(SemanticSet("c", "s", "t", b"r", VEC, 0, 0, None, 1).fields())[-1] == "id"  # no next_id
+
+
+def test_the_hdel_record_keeps_its_on_disk_field_name() -> None:
+    assert EXAMPLES[KeyHDel].fields() == {"key": b"h", "fields": (b"f", b"g")}
 
 
 def test_a_record_of_an_unknown_type_or_missing_a_field_is_refused() -> None:

@@ -14,6 +14,7 @@ import redis
 
 from pion.server.persist.binding import make_sink, snapshot_fields
 from pion.server.persist.records import HEADER_SIZE, RecordType, decode_fields, frame_bytes
+from pion.server.search.store import SearchStore
 from pion.server.semantic.cache import SemanticCacheStore
 from pion.server.store.keyspace import Keyspace
 from pion.server.store.records import Record, SemanticDel, SemanticSet
@@ -199,10 +200,12 @@ def test_snapshot_records_rebuild_an_equal_store_without_the_model() -> None:
     assert isinstance(first, SemanticSet) and isinstance(deleted, SemanticDel)
     assert (first.expire_at_ms, first.id, deleted.ids) == (1_005_000, a, [b])
 
-    stores = Stores(VStore(), Keyspace(), store)
+    keyspace = Keyspace()
+    stores = Stores(VStore(), keyspace, store, SearchStore(keyspace))
     records = [frame_bytes(rtype, 0, fields) for rtype, fields in snapshot_fields(stores)]
     copy = SemanticCacheStore(clock=lambda: 1000.0)
-    sink = make_sink(Stores(VStore(), Keyspace(), copy))
+    copy_keyspace = Keyspace()
+    sink = make_sink(Stores(VStore(), copy_keyspace, copy, SearchStore(copy_keyspace)))
     for raw in records:
         sink(raw[5], decode_fields(raw[HEADER_SIZE:-4]))
     assert [raw[5] for raw in records] == [RecordType.SEMANTIC_SET]

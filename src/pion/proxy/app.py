@@ -28,6 +28,7 @@ from pion.proxy.hit_verifier import HitVerifier
 from pion.proxy.metrics import ServeStats
 from pion.proxy.router import load_routing, make_router
 from pion.proxy.stats_extra import layer_stats
+from pion.proxy.rag import RagRetriever
 
 
 def make_app(config: ServeConfig) -> FastAPI:
@@ -51,10 +52,13 @@ def make_app(config: ServeConfig) -> FastAPI:
                              composite=config.l3_composite_threshold, retry_s=config.pion_retry_s)
                    if config.distill and config.cache_active else None)
         verifier = HitVerifier(config.verifier)
+        rag = None if config.rag_index is None else RagRetriever(
+            config.pion_host, config.pion_port, config.pion_password, config.rag_index, config.rag_k,
+            config.rag_field, config.rag_vector_field)
         state.update(http=http, cache=cache, embedder=embedder, stats=stats, backend=backend,
                      router=router, distill=distill, verifier=verifier,
                      chat=ChatCompletions(config, backend, cache, embedder, stats, router=router, distill=distill,
-                                          verifier=verifier))
+                                          verifier=verifier, rag=rag))
         # Warm both the server's embedder and WordNet so the first hit pays for neither.
         warm = [asyncio.create_task(embedder.resolve()), asyncio.create_task(verifier.load())] \
             if config.cache_active and config.guard_enabled and config.verifier == "aligned" else \
@@ -69,6 +73,8 @@ def make_app(config: ServeConfig) -> FastAPI:
             await cache.close()
             if distill is not None:
                 await distill.close()
+            if rag is not None:
+                await rag.close()
             await http.aclose()
 
     app = FastAPI(title="pion-serve", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -104,7 +110,7 @@ def make_app(config: ServeConfig) -> FastAPI:
         doc = state["stats"].schema(backend=config.backend, model=config.model,
                                     cache_enabled=enabled, embedder=state["embedder"].stats(),
                                     extra=await layer_stats(config, state["cache"], state["router"],
-                                                            state["distill"]))
+                                                            state["distill"]) | {"rag_index": config.rag_index})
         doc["l1_verdicts"] |= state["verifier"].describe()
         return doc
 

@@ -7,7 +7,9 @@ Order of events for one request:
      user turns (``scope.resolved_text``); a hit must pass the check chosen by
      ``--verifier`` (``hit_verifier.py``: the guard, or WordNet alignment);
   4. with --distill, an L1 miss tries the L3 concept and L3b fragment stores (``distill.py``);
-  5. on a miss the backend answers (with --route, the tier's backend and model: ``router.py``);
+  5. with --rag-index, the top-k documents of the index are prepended (``rag.py``; the scope
+     of step 3 already includes the index name);
+  6. on a miss the backend answers (with --route, the tier's backend and model: ``router.py``);
      a completion finished by "stop" without tool calls is stored before the reply goes
      out (streams: after the last chunk).
 Every reply carries ``x_pion`` and ``X-Pion-Cache: HIT | MISS | BYPASS``.
@@ -32,6 +34,7 @@ from pion.proxy.embedders import EmbedderChoice
 from pion.proxy.metrics import ServeStats
 from pion.proxy.hit_verifier import HitVerifier
 from pion.proxy.router import IntentRouter, RouteDecision
+from pion.proxy.rag import RagOutcome, RagRetriever, inject, rag_scope
 from pion.proxy.scope import CachePolicy, ScopeKey, cache_policy, last_user_text, resolved_text, scope_of, storable
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -78,6 +81,7 @@ class Lookup:
     distilled: DistillHit | None = None
     backend: Backend | None = None
     route: RouteDecision | None = None
+    rag: RagOutcome | None = None
 
     @property
     def header(self) -> str:
@@ -89,9 +93,11 @@ class ChatCompletions:
 
     def __init__(self, config: ServeConfig, backend: Backend, cache: SemanticCacheClient,
                  embedder: EmbedderChoice, stats: ServeStats, *, router: IntentRouter | None = None,
-                 distill: Distiller | None = None, verifier: HitVerifier | None = None) -> None:
+                 distill: Distiller | None = None, verifier: HitVerifier | None = None,
+                 rag: RagRetriever | None = None) -> None:
         self.config = config
         self.verifier = verifier or HitVerifier()
+        self.rag = rag
         self.backend = backend
         self.cache = cache
         self.embedder = embedder
@@ -118,6 +124,8 @@ class ChatCompletions:
             look.distilled = await self.distill.lookup(look.scope, look.text, look.vector)
             if (d := look.distilled) is not None:
                 return self._serve_text(d.content, d.model or model, d.source, look, bool(body.get("stream")), t0)
+        if self.rag is not None:  # before routing: the spec routes RAG-augmented requests too
+            body = await self._with_rag(body, look)
         if self.router is not None:
             body = await self._route(self.router, body, look)
         try:
@@ -145,6 +153,8 @@ class ChatCompletions:
         if not usable:
             return look
         look.scope = scope_of(body, self.backend.name, model, self.embedder.space)
+        if self.rag is not None:
+            look.scope = rag_scope(look.scope, self.rag.index)
         look.text, look.vector, look.store = text, vector, policy.store
         if not policy.lookup:
             return look
@@ -184,6 +194,21 @@ class ChatCompletions:
     def _account(self, look: Lookup, usage: Any, chars: int) -> None:
         if self.router is not None and look.route is not None:
             self.router.account(look.route.tier, usage, chars)
+    async def _with_rag(self, body: dict[str, Any], look: Lookup) -> dict[str, Any]:
+        """The body with the retrieved context injected (unchanged when nothing was found)."""
+        assert self.rag is not None  # only called with --rag-index
+        # The text L1 looked up (a follow-up resolved against earlier turns), else the last
+        # user message; nothing to search for when neither exists.
+        text = look.text or last_user_text(body)
+        if not text:
+            return body
+        # The lookup's vector when it has one (proxy-side embedder, or the server's returned
+        # with WITHVECTOR); else the retriever asks pion-server's AI.EMBED.
+        look.rag = await self.rag.retrieve(text, look.vector)
+        if not look.rag.documents:
+            return body
+        self.stats.rag_injections += 1
+        return {**body, "messages": inject(list(body["messages"]), look.rag.documents)}
 
     def _x_pion(self, source: str, t0: float, look: Lookup) -> dict[str, Any]:
         x: dict[str, Any] = {"source": source, "latency_ms": _ms(t0)}
@@ -193,6 +218,10 @@ class ChatCompletions:
             x["l3_similarity"] = round(look.distilled.similarity, 4)
         if look.route is not None and self.router is not None:
             x["route"] = self.router.x_pion(look.route)
+        if look.rag is not None:
+            x["rag"] = look.rag.x_pion()
+            if look.rag.error is not None:
+                x["rag_error"] = look.rag.error
         return x
 
     def _serve_hit(self, hit: CacheHit, look: Lookup, model: str, stream: bool, t0: float) -> Response:

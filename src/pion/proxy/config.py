@@ -56,6 +56,11 @@ class ServeConfig:
     distill: bool = False
     l3_direct_threshold: float | None = None
     l3_composite_threshold: float | None = None
+    # issue 16: RAG injection (rag.py)
+    rag_index: str | None = None
+    rag_k: int = 3
+    rag_field: str = "content"
+    rag_vector_field: str = "embedding"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -72,6 +77,8 @@ class ServeConfig:
                 raise ConfigError(f"{key}: {value} is not a TCP port")
         if self.embed_backend == "sie" and not self.sie_url:
             raise ConfigError("embed_backend: 'sie' needs --sie-url")
+        if not 1 <= self.rag_k <= 100:
+            raise ConfigError(f"rag_k: {self.rag_k} is not between 1 and 100")
         if self.cache_ttl_s is not None and self.cache_ttl_s <= 0:
             raise ConfigError(f"cache_ttl_s: {self.cache_ttl_s} must be positive")
         if not 0.0 <= self.route_margin < 2.0:
@@ -136,6 +143,11 @@ OPTIONS: list[Option] = [
          "L3 direct threshold (default: auto-calibrated)"),
     _opt(("--l3-composite-threshold",), "l3_composite_threshold", _parse_optional_float,
          "L3 composite threshold (default: auto-calibrated)"),
+    _opt(("--rag-index",), "rag_index", parse_optional_text,
+         "pion-server FT index whose top-k documents are injected on L1 misses"),
+    _opt(("--rag-k",), "rag_k", parse_int(1, 100), "documents injected per request (default 3)"),
+    _opt(("--rag-field",), "rag_field", parse_text, "hash field holding a document's text (default content)"),
+    _opt(("--rag-vector-field",), "rag_vector_field", parse_text, "VECTOR field searched (default embedding)"),
     _opt((), "cache_name", parse_text, "semantic-cache name in pion-server"),
     _opt((), "ollama_embed_model", parse_text, "Ollama embedding model"),
     _opt((), "backend_timeout_s", parse_float(0.0), "seconds to wait for a backend answer"),

@@ -30,6 +30,7 @@ class ServeStats:
     # Similarity hits by what the verifier decided: served, or refused and why.
     verdicts_served: int = 0
     refused: dict[str, dict[str, int]] = field(default_factory=dict)
+    rag_injections: int = 0
     latency_ms_sum: float = 0.0
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
@@ -116,7 +117,7 @@ class ServeStats:
             "l3_synthesis_rate": rate(l3),
             "full_inference_rate": rate(self.full_inference),
             "cost_savings_pct": round((rate(self.l1_cache_hits) + rate(l3)) * 100, 2),
-            "rag_injections": 0,
+            "rag_injections": self.rag_injections,
             "avg_latency_ms": round(self.latency_ms_sum / total, 3) if total else 0.0,
             "backend": backend,
             "model": model,

@@ -49,7 +49,10 @@ def open_state(state: ServerState) -> None:
     """Recover, then log every mutation, then start active expiry (inside the running loop,
     before the listener opens). Raises RecoveryError when the data directory is damaged."""
     persist = state.persist
+    search = state.stores.search
+    search.defer_indexing()  # FT indexes are built once, in bulk, after the replay
     persist.recover(make_sink(state.stores))
+    search.finish_deferred()
     attach(state.stores, persist)
     # Group commit per event-loop batch: small records are buffered and written (and
     # fsynced under always) once, before any reply of the batch leaves (net.py).

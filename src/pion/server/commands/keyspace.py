@@ -18,11 +18,17 @@ from pion.server.errors import SYNTAX_ERROR
 from pion.server.context import CommandContext, ServerState
 from pion.server.resp.replies import OK
 from pion.server.store.glob import compile_glob
-from pion.server.store.keyspace import ENTRY_OVERHEAD_BYTES, Keyspace, now_ms
+from pion.server.store.keyspace import ENTRY_OVERHEAD_BYTES, Keyspace, now_ms, value_bytes
 
 KEYS_SLICE = 20_000  # keys matched between two yields to the event loop
 MAX_EXPIRE_MS = 2**62  # beyond this, unix-ms arithmetic overflows Redis's 64-bit range
 MAX_SCAN_COUNT = 1_000_000
+WRONGTYPE_MESSAGE = "Operation against a key holding the wrong kind of value"
+
+
+def wrongtype() -> CommandError:
+    """Redis's -WRONGTYPE (redis-py raises ResponseError with this text)."""
+    return CommandError(WRONGTYPE_MESSAGE, code="WRONGTYPE")
 
 
 def _keyspace(ctx: CommandContext) -> Keyspace:
@@ -53,12 +59,15 @@ def _growth(ks: Keyspace, key: bytes, value: bytes) -> int:
     old = ks.get(key)
     if old is None:
         return len(key) + len(value) + ENTRY_OVERHEAD_BYTES
-    return len(value) - len(old)
+    return len(value) - value_bytes(old)
 
 
 # ---- strings -------------------------------------------------------------------------------
 def cmd_keyspace_get(ctx: CommandContext, args: list[bytes]) -> Any:
-    return ctx.server.stores.keyspace.get(args[0])
+    value = ctx.server.stores.keyspace.get(args[0])
+    if type(value) is dict:
+        raise wrongtype()
+    return value
 
 
 def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
@@ -99,6 +108,8 @@ def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
         unit = 1000 if expiry[0] in (b"EX", b"EXAT") else 1
         deadline = _deadline_ms(expiry[1], unit, expiry[0] in (b"EXAT", b"PXAT"), "set")
     old = ks.get(key)
+    if want_old and type(old) is dict:
+        raise wrongtype()
     if (condition == b"NX" and old is not None) or (condition == b"XX" and old is None):
         return old if want_old else None
     _make_room(ctx, _growth(ks, key, value))
@@ -108,7 +119,8 @@ def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
 
 def cmd_keyspace_mget(ctx: CommandContext, args: list[bytes]) -> Any:
     get = _keyspace(ctx).get
-    return [get(k) for k in args]
+    values = [get(k) for k in args]
+    return [v if type(v) is not dict else None for v in values]
 
 
 def cmd_keyspace_mset(ctx: CommandContext, args: list[bytes]) -> Any:
@@ -212,6 +224,7 @@ def cmd_keyspace_scan(ctx: CommandContext, args: list[bytes]) -> Any:
     cursor = int(raw_cursor)
     count = 10
     pattern: bytes | None = None
+    wanted_type: str | None = None
     i = 1
     while i < len(args):
         opt = args[i].upper()
@@ -225,12 +238,14 @@ def cmd_keyspace_scan(ctx: CommandContext, args: list[bytes]) -> Any:
         elif opt == b"MATCH":
             pattern = args[i + 1]
         elif opt == b"TYPE":
-            if args[i + 1].lower() != b"string":
-                pattern = b"[]"  # nothing but strings lives here: matches no key
+            wanted_type = args[i + 1].lower().decode("utf-8", "replace")
         else:
             raise CommandError(SYNTAX_ERROR)
         i += 2
-    next_cursor, keys = _keyspace(ctx).scan(cursor, count, pattern)
+    ks = _keyspace(ctx)
+    next_cursor, keys = ks.scan(cursor, count, pattern)
+    if wanted_type is not None:
+        keys = [k for k in keys if ks.type_of(k) == wanted_type]
     return [str(next_cursor).encode(), keys]
 
 

@@ -18,11 +18,13 @@ from pion.server.context import ServerState
 FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.admin",
     "pion.server.commands.keyspace",
+    "pion.server.commands.hashes",
     "pion.server.commands.stats",
     "pion.server.commands.vstore",
     "pion.server.commands.kvprefix",
     "pion.server.commands.semantic",
     "pion.server.commands.slowlog",
+    "pion.server.commands.search",
     "pion.server.commands.persist",
 )
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from pion.common.ids import K_SUFFIX, V_SUFFIX
 from pion.server.persist.records import RecordType
 from pion.server.store.records import (
-    KeySet, PrefixRegister, Record, SemanticSet, VCreate, VStoreBatch, decode_record,
+    FtCreate, FtGraph, KeyExpire, KeyHSet, KeySet, PrefixRegister, Record, SemanticSet, VCreate,
+    VStoreBatch, decode_record,
 )
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def attach(stores: Stores, persist: Persistence) -> None:
     stores.vstore.journal = journal
     stores.keyspace.journal = journal
     stores.semantic.journal = journal
+    stores.search.journal = journal
     persist.set_snapshot_source(lambda: snapshot_fields(stores))
 
 
@@ -105,7 +107,19 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
                     break
                 yield VStoreBatch(session.sid, layer, start, end - start, buf.raw(start, end))
     for key, value, deadline in list(keyspace.items()):
-        yield KeySet(key, value, deadline)
+        if isinstance(value, bytes):
+            yield KeySet(key, value, deadline)
+            continue
+        yield KeyHSet(key, [x for item in dict(value).items() for x in item])
+        if deadline is not None:
+            yield KeyExpire(key, deadline)
+    # After the hashes: replaying FT.CREATE indexes what exists (the rebuild). Every graph at
+    # one instant, after all hashes: a hash written since the snapshot began is in the WAL
+    # too, and its replay re-indexes it over the loaded graph.
+    for name, index in list(stores.search.indexes.items()):
+        yield FtCreate(name, list(index.definition.args))
+    for name, field, docs, keys, graph in stores.search.graph_records():
+        yield FtGraph(name, field, docs, keys, graph)
     for cache, next_id, item, vec in semantic.iter_entries():
         yield SemanticSet(
             cache, item.scope, item.text, item.response, vec.astype("<f4").tobytes(),

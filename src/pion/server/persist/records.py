@@ -84,6 +84,11 @@ class RecordType(enum.IntEnum):
     SEMANTIC_DEL = 13
     SEMANTIC_FLUSH = 14
     SEMANTIC_FLUSHALL = 15
+    HSET = 40  # hashes and FT.* start at 40: room below for other families' records
+    HDEL = 41
+    FT_CREATE = 42
+    FT_DROPINDEX = 43
+    FT_GRAPH = 44
     SNAPSHOT_END = 127
 
 
@@ -369,7 +374,7 @@ def record_type_name(rtype: int) -> str:
     except ValueError:
         return f"type {rtype}"
     for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("V_", "V."), ("SNAPSHOT_", "SNAPSHOT."),
-                           ("SEMANTIC_", "SEMANTIC.")):
+                           ("SEMANTIC_", "SEMANTIC."), ("FT_", "FT.")):
         if name.startswith(prefix):
             return dotted + name[len(prefix):]
     return name

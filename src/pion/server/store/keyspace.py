@@ -7,10 +7,16 @@ quarter were expired, within a small time budget).
 
 Every mutation goes through one method (``set``, ``delete``, ``expire``, ``flush``) that
 first hands its record (``KeySet``, ``KeysDel``, ``KeyExpire``, ``KeysFlush`` of
-``store/records.py``) to ``journal.append`` and then applies the change, so persistence
-logs exactly what clients were told. Deleting an expired key is not logged: deadlines
+``store/records.py``; ``KeyHSet``/``KeyHDel`` for hashes) to ``journal.append`` and then
+applies the change, so persistence logs exactly what clients were told. Deleting an expired key is not logged: deadlines
 are absolute, so a replayed key expires on its own (and a GET of an expired key keeps
 working while the WAL is refusing writes).
+
+Values are ``bytes`` (strings) or ``dict[bytes, bytes]`` (hashes, HSET...); a hash whose
+last field goes is removed, like Redis. ``watchers`` are told about every hash change
+(the FT.* indexes keep themselves current through it): ``watcher(key, fields | None)``
+after the change, None when the key no longer holds a hash; FLUSHALL calls each of
+``flush_hooks`` once instead (RediSearch drops every index on FLUSHALL, live and replayed).
 
 ``used_bytes`` approximates the memory the keyspace holds (keys + values + a fixed
 per-entry overhead); the V-store's maxmemory policy adds it to its own bytes.
@@ -21,22 +27,38 @@ from __future__ import annotations
 import bisect
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pion.server.store.glob import compile_glob
 from pion.server.store.journal import Journal, NullJournal
-from pion.server.store.records import KeyExpire, KeysDel, KeySet, KeysFlush
+from pion.server.store.records import KeyExpire, KeyHDel, KeyHSet, KeysDel, KeySet, KeysFlush
 
 ENTRY_OVERHEAD_BYTES = 96  # dict slot + two bytes objects' headers, roughly
+FIELD_OVERHEAD_BYTES = 80  # a hash field: dict slot + two bytes objects' headers, roughly
+
+Hash = dict[bytes, bytes]
+Value = bytes | Hash
+HashWatcher = Callable[[bytes, "Hash | None"], None]
+
+
+class WrongTypeError(Exception):
+    """The key holds another kind of value (the command family turns it into -WRONGTYPE)."""
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def entry_bytes(key: bytes, value: bytes) -> int:
+def value_bytes(value: Value) -> int:
+    """What a value counts toward ``used_bytes`` (a hash: its fields and their overhead)."""
+    if isinstance(value, bytes):
+        return len(value)
+    return sum(len(f) + len(v) + FIELD_OVERHEAD_BYTES for f, v in value.items())
+
+
+def entry_bytes(key: bytes, value: Value) -> int:
     """What one entry counts toward ``used_bytes``."""
-    return len(key) + len(value) + ENTRY_OVERHEAD_BYTES
+    return len(key) + value_bytes(value) + ENTRY_OVERHEAD_BYTES
 
 
 class Keyspace:
@@ -44,12 +66,14 @@ class Keyspace:
 
     def __init__(self, journal: Journal | None = None) -> None:
         self.journal: Journal = journal if journal is not None else NullJournal()
-        self._data: dict[bytes, bytes] = {}
+        self._data: dict[bytes, Value] = {}
         self._expires: dict[bytes, int] = {}
         self._seq: dict[bytes, int] = {}  # insertion sequence, increasing in dict order (SCAN)
         self._next_seq = 1
         self.used_bytes = 0
         self.expired_keys = 0
+        self.watchers: list[HashWatcher] = []
+        self.flush_hooks: list[Callable[[], None]] = []
 
     # ---- reads ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -59,11 +83,32 @@ class Keyspace:
     def n_expires(self) -> int:
         return len(self._expires)
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: bytes) -> Value | None:
         """The value, or None when absent or expired (an expired key is removed)."""
         if self._expires and key in self._expires and self._expire_if_due(key):
             return None
         return self._data.get(key)
+
+    def get_string(self, key: bytes) -> bytes | None:
+        """A string value or None; WrongTypeError when the key holds a hash."""
+        value = self.get(key)
+        if value is not None and type(value) is not bytes:
+            raise WrongTypeError(key)
+        return value
+
+    def get_hash(self, key: bytes) -> Hash | None:
+        """A hash (the live dict: do not mutate) or None; WrongTypeError for a string."""
+        value = self.get(key)
+        if value is not None and type(value) is not dict:
+            raise WrongTypeError(key)
+        return value
+
+    def type_of(self, key: bytes) -> str:
+        """Redis TYPE: ``string``, ``hash`` or ``none``."""
+        value = self.get(key)
+        if value is None:
+            return "none"
+        return "string" if type(value) is bytes else "hash"
 
     def contains(self, key: bytes) -> bool:
         return self.get(key) is not None
@@ -110,7 +155,7 @@ class Keyspace:
             live = [k for k in live if regex.match(k)]
         return next_cursor, live
 
-    def items(self) -> Iterator[tuple[bytes, bytes, int | None]]:
+    def items(self) -> Iterator[tuple[bytes, Value, int | None]]:
         """(key, value, expire_at_ms) of every live key — for snapshots."""
         now = now_ms()
         for key, value in self._data.items():
@@ -130,14 +175,63 @@ class Keyspace:
             self._seq[key] = self._next_seq
             self._next_seq += 1
             self.used_bytes += entry_bytes(key, value)
-        else:
+        elif type(old) is bytes:
             self.used_bytes += len(value) - len(old)
+        else:
+            self.used_bytes += len(value) - value_bytes(old)
         self._data[key] = value
         if expire_at_ms is None:
             if self._expires:
                 self._expires.pop(key, None)
         else:
             self._expires[key] = expire_at_ms
+        if type(old) is dict and self.watchers:
+            self._notify(key, None)
+
+    def hset(self, key: bytes, pairs: list[bytes]) -> int:
+        """Set hash fields (``pairs`` = field, value, ...); returns how many were new.
+
+        WrongTypeError (nothing logged) when the key holds a string. The TTL is kept.
+        """
+        current = self.get_hash(key)
+        self.journal.append(KeyHSet(key, pairs))
+        if current is None:
+            current = {}
+            self._data[key] = current
+            self._seq[key] = self._next_seq
+            self._next_seq += 1
+            self.used_bytes += len(key) + ENTRY_OVERHEAD_BYTES
+        added = 0
+        for i in range(0, len(pairs), 2):
+            field, value = pairs[i], pairs[i + 1]
+            old = current.get(field)
+            if old is None:
+                added += 1
+                self.used_bytes += len(field) + len(value) + FIELD_OVERHEAD_BYTES
+            else:
+                self.used_bytes += len(value) - len(old)
+            current[field] = value
+        if self.watchers:
+            self._notify(key, current)
+        return added
+
+    def hdel(self, key: bytes, fields: list[bytes]) -> int:
+        """Remove hash fields; the key goes with its last field. Returns how many went."""
+        current = self.get_hash(key)
+        if current is None:
+            return 0
+        present = [f for f in dict.fromkeys(fields) if f in current]
+        if not present:
+            return 0
+        self.journal.append(KeyHDel(key, present))
+        for field in present:
+            value = current.pop(field)
+            self.used_bytes -= len(field) + len(value) + FIELD_OVERHEAD_BYTES
+        if not current:
+            self._remove(key)  # tells the watchers
+        elif self.watchers:
+            self._notify(key, current)
+        return len(present)
 
     def delete(self, keys: list[bytes]) -> int:
         """Remove the live keys among ``keys``; returns how many were removed."""
@@ -170,6 +264,8 @@ class Keyspace:
         self._expires.clear()
         self._seq.clear()
         self.used_bytes = 0
+        for hook in self.flush_hooks:
+            hook()
 
     # ---- expiry --------------------------------------------------------------------------
     def active_expire_cycle(self, budget_s: float = 0.001, sample: int = 20) -> int:
@@ -194,6 +290,11 @@ class Keyspace:
             self._remove(key)
         self.expired_keys += len(keys)
 
+    def expire_due(self) -> None:
+        """Remove every key whose deadline has passed (FT.SEARCH calls it so an expired
+        hash is never a hit: O(keys with a TTL))."""
+        self._expire_all_due()
+
     def _expire_if_due(self, key: bytes) -> bool:
         if self._expires[key] <= now_ms():
             self.delete_expired([key])
@@ -213,3 +314,9 @@ class Keyspace:
         self.used_bytes -= entry_bytes(key, value)
         self._expires.pop(key, None)
         del self._seq[key]
+        if type(value) is dict and self.watchers:
+            self._notify(key, None)
+
+    def _notify(self, key: bytes, fields: Hash | None) -> None:
+        for watcher in self.watchers:
+            watcher(key, fields)

@@ -41,7 +41,20 @@ so a newer writer may add some. Schema (type byte, class, fields)::
     13 SEMANTIC.DEL        SemanticDel       cache s, ids l[i] (only ids that were present)
     14 SEMANTIC.FLUSH      SemanticFlush     cache s (one named semantic cache)
     15 SEMANTIC.FLUSHALL   SemanticFlushAll  (no fields: every semantic cache, from FLUSHALL)
+    40 HSET                KeyHSet           key b, pairs l[b] (field, value, field, value, ...)
+    41 HDEL                KeyHDel           key b, fields l[b] (only fields that were present;
+                                             the attribute is ``hash_fields``)
+    42 FT.CREATE           FtCreate          index s, args l[b] (the FT.CREATE words after the
+                                             index name)
+    43 FT.DROPINDEX        FtDropIndex       index s (the documents, with DD, go as their own DEL)
+    44 FT.GRAPH            FtGraph           index s, field s, docs l[i], keys l[b], graph b
+                                             (hnswlib's save_index file; snapshots only, after
+                                             the index's FT.CREATE)
     127 SNAPSHOT.END       (snapshot.py)     records i, begin_seq i, end_seq i
+
+A snapshot holds one HSET per hash (plus EXPIRE when it has a TTL), then one FT.CREATE per
+index, then the FT.GRAPH records: indexes are rebuilt from the hashes after recovery
+(``SearchStore.finish_deferred``) unless a graph was loaded.
 
 Not logged, on purpose: expiry deletions of keys and semantic entries (deadlines are
 absolute, so a replayed entry expires on its own) and PREFILL_MS (a restarted server
@@ -279,6 +292,71 @@ class KeysFlush(Record):
 
     def apply(self, stores: Stores) -> None:
         stores.keyspace.flush()
+
+
+@register
+@dataclass(slots=True)
+class KeyHSet(Record):
+    TYPE: ClassVar[RecordType] = RecordType.HSET
+    key: bytes
+    pairs: Sequence[bytes]  # field, value, field, value, ...
+
+    def apply(self, stores: Stores) -> None:
+        stores.keyspace.hset(self.key, list(self.pairs))
+
+
+@register
+@dataclass(slots=True)
+class KeyHDel(Record):
+    TYPE: ClassVar[RecordType] = RecordType.HDEL
+    key: bytes
+    hash_fields: Sequence[bytes]  # only the fields that were present; "fields" on disk
+
+    def fields(self) -> dict[str, Any]:
+        return {"key": self.key, "fields": self.hash_fields}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> KeyHDel:
+        return cls(bytes(fields["key"]), tuple(bytes(f) for f in fields["fields"]))
+
+    def apply(self, stores: Stores) -> None:
+        stores.keyspace.hdel(self.key, list(self.hash_fields))
+
+
+# ---- FT.* search indexes ------------------------------------------------------------------------
+@register
+@dataclass(slots=True)
+class FtCreate(Record):
+    TYPE: ClassVar[RecordType] = RecordType.FT_CREATE
+    index: str
+    args: Sequence[bytes]  # the FT.CREATE words after the index name
+
+    def apply(self, stores: Stores) -> None:
+        stores.search.restore_create(self.index, list(self.args))
+
+
+@register
+@dataclass(slots=True)
+class FtDropIndex(Record):
+    TYPE: ClassVar[RecordType] = RecordType.FT_DROPINDEX
+    index: str
+
+    def apply(self, stores: Stores) -> None:
+        stores.search.restore_drop(self.index)
+
+
+@register
+@dataclass(slots=True)
+class FtGraph(Record):
+    TYPE: ClassVar[RecordType] = RecordType.FT_GRAPH
+    index: str
+    field: str
+    docs: Sequence[int]
+    keys: Sequence[bytes]
+    graph: bytes  # hnswlib's save_index file
+
+    def apply(self, stores: Stores) -> None:
+        stores.search.restore_graph(self.index, self.field, list(self.docs), list(self.keys), self.graph)
 
 
 # ---- semantic cache ----------------------------------------------------------------------------

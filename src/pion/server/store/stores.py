@@ -1,4 +1,5 @@
-"""The three data stores of one worker, built together because they share a memory budget.
+"""The data stores of one worker, built together because they share a memory budget (and
+the FT.* indexes watch the keyspace's hashes).
 
 ``Stores`` is what the record layer applies to (``store/records.py``), what snapshots
 walk (``persist/binding.py``) and what FLUSHALL empties. Built once by
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pion.server.search.store import SearchStore
 from pion.server.semantic.cache import SemanticCacheStore
 from pion.server.store.keyspace import Keyspace
 from pion.server.store.vstore import VStore
@@ -16,11 +18,13 @@ from pion.server.store.vstore import VStore
 
 @dataclass(frozen=True, slots=True)
 class Stores:
-    """The V-store (V.*, KV.PREFIX.*), the keyspace (SET/GET...) and the semantic cache."""
+    """The V-store (V.*, KV.PREFIX.*), the keyspace (SET/GET/HSET...), the semantic cache and
+    the FT.* indexes over the keyspace's hashes."""
 
     vstore: VStore
     keyspace: Keyspace
     semantic: SemanticCacheStore
+    search: SearchStore
 
     @classmethod
     def make(cls, max_sessions: int = 256, maxmemory: int = 0) -> Stores:
@@ -28,7 +32,9 @@ class Stores:
         keyspace = Keyspace()
         vstore = VStore(max_sessions=max_sessions, max_bytes=maxmemory,
                         external_bytes=lambda: keyspace.used_bytes)
-        return cls(vstore, keyspace, SemanticCacheStore())
+        # The SearchStore watches the hashes and drops every index on FLUSHALL (a keyspace
+        # flush hook, so FLUSHALL logs nothing for it).
+        return cls(vstore, keyspace, SemanticCacheStore(), SearchStore(keyspace))
 
     def make_room(self, extra_bytes: int) -> None:
         """Before the keyspace grows by ``extra_bytes``: evict least recently used V-store
@@ -37,8 +43,8 @@ class Stores:
         self.vstore.make_room(extra_bytes)
 
     def flush_all(self) -> None:
-        """FLUSHALL: every store empties itself (keyspace, V-store, semantic cache: the order
-        of their records in the WAL)."""
+        """FLUSHALL: every store empties itself (keyspace with its FT indexes, V-store, semantic
+        cache: the order of their records in the WAL)."""
         self.keyspace.flush()
         self.vstore.flush()
         self.semantic.flush_all()
