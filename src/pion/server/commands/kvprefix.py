@@ -134,6 +134,8 @@ def cmd_kvprefix_membership(ctx: CommandContext, args: list[bytes]) -> object:
 
 
 def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
+    from pion.server.commands.ssm import ssm_info_fields  # the SSM family's lines, when loaded
+
     store = vstore_of(state)
     prefixes = list(store.iter_prefixes())
     total_tokens = 0
@@ -151,6 +153,7 @@ def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
         ("wal_bytes", wal_bytes),
         ("vstore_allocated_bytes", store.allocated_bytes),
         ("vstore_evicted_sessions", store.evicted_sessions),
+        *ssm_info_fields(state),
     ]
 
 

@@ -33,6 +33,7 @@ from pion.server.persist.binding import (
     snapshot_records,
 )
 from pion.server.persist.search_binding import search_journal
+from pion.server.persist.ssm_binding import SSM_KINDS
 from pion.server.persist.wal import FsyncPolicy
 from pion.server.resp.replies import OK, SimpleString
 
@@ -60,6 +61,8 @@ def cmd_kvprefix_save(ctx: CommandContext, args: list[bytes]) -> object:
             path = args[0].decode()
         except UnicodeDecodeError:
             raise CommandError(f"snapshot path is not valid UTF-8: '{clip_for_echo(args[0])}'") from None
+        if "\x00" in path:  # the OS refuses it; say so instead of failing inside pathlib
+            raise CommandError(f"snapshot path contains a NUL byte: '{clip_for_echo(args[0])}'")
     persist_of(ctx.server).save(path)
     return OK
 
@@ -89,13 +92,14 @@ def setup(state: ServerState) -> None:
     keyspace = state.components.get("keyspace")
     semantic = state.components.get("semantic")  # AI.SEMANTIC_CACHE's SemanticCacheStore
     search = state.components.get("search")  # FT.*'s SearchStore
+    ssm = state.components.get("ssm")  # SSM.PREFIX.*'s SsmStateStore
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
     persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
                                          config.wal_repair))
     if search is not None:
         search.defer_indexing()  # FT indexes are built once, in bulk, after the replay
     try:
-        persist.recover(make_sink(vstore, keyspace, semantic, search))
+        persist.recover(make_sink(vstore, keyspace, semantic, search, ssm))
     except RecoveryError as e:
         log.error("%s", e)
         raise SystemExit(1) from None
@@ -107,12 +111,14 @@ def setup(state: ServerState) -> None:
         keyspace.journal = StoreJournal(persist, KEYSPACE_KINDS, "keyspace",
                                         skip=expired_key_delete(keyspace),
                                         skip_kinds=EXPIRED_KEY_DELETE_KINDS)
+    if ssm is not None:
+        ssm.journal = StoreJournal(persist, SSM_KINDS, "SSM state")
     if semantic is not None:
         semantic.on_mutation = semantic_journal(persist)
         semantic.persisted = True
     if search is not None:
         search.on_mutation = search_journal(persist)
-    persist.set_snapshot_source(lambda: snapshot_records(vstore, keyspace, semantic, search))
+    persist.set_snapshot_source(lambda: snapshot_records(vstore, keyspace, semantic, search, ssm))
     server = state.components.get("server")
     if server is not None:
         # Group commit per event-loop batch: small records are buffered and written (and

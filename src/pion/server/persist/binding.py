@@ -33,12 +33,14 @@ from pion.common.errors import CommandError
 from pion.common.ids import K_SUFFIX, V_SUFFIX
 from pion.server.persist.records import RecordType
 from pion.server.persist.search_binding import SEARCH_TYPES, apply_search_record, search_snapshot_records
+from pion.server.persist.ssm_binding import SSM_TYPES, apply_ssm, ssm_snapshot_records
 
 if TYPE_CHECKING:
     from pion.server.persist.manager import Persistence
     from pion.server.search.store import SearchStore
     from pion.server.semantic.cache import SemanticCacheStore
     from pion.server.store.keyspace import Keyspace
+    from pion.server.store.ssm import SsmStateStore
     from pion.server.store.vstore import VStore
 
 VSTORE_KINDS: dict[str, RecordType] = {
@@ -158,7 +160,8 @@ def _b(value: Any) -> bytes:
 
 def make_sink(vstore: VStore | None, keyspace: Keyspace | None,
               semantic: SemanticCacheStore | None = None,
-              search: SearchStore | None = None) -> Callable[[int, dict[str, Any]], None]:
+              search: SearchStore | None = None,
+              ssm: SsmStateStore | None = None) -> Callable[[int, dict[str, Any]], None]:
     """The recovery sink: one record -> the store method that made it (journals detached)."""
 
     def sink(rtype: int, f: dict[str, Any]) -> None:
@@ -195,6 +198,8 @@ def make_sink(vstore: VStore | None, keyspace: Keyspace | None,
             keyspace.hdel(_b(f["key"]), [_b(x) for x in f["fields"]])
         elif rtype in SEARCH_TYPES and search is not None:
             apply_search_record(search, rtype, f)
+        elif rtype in SSM_TYPES and ssm is not None:
+            apply_ssm(ssm, rtype, f)
         else:
             raise ValueError(f"no store takes records of type {rtype}")
     return sink
@@ -210,6 +215,7 @@ def _namespace_of(sid: str) -> str | None:
 def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None,
                      semantic: SemanticCacheStore | None = None,
                      search: SearchStore | None = None,
+                     ssm: SsmStateStore | None = None,
                      ) -> Iterator[tuple[RecordType, dict[str, Any]]]:
     """Records that rebuild the stores, read lazily so a BGSAVE sees a live store.
 
@@ -245,6 +251,8 @@ def snapshot_records(vstore: VStore | None, keyspace: Keyspace | None,
                         break
                     yield RecordType.V_STOREBATCH, {"sid": session.sid, "layer": layer, "start_id": start,
                                                     "n_rows": end - start, "rows": buf.raw(start, end)}
+    if ssm is not None:  # after the K/V sessions, whose replay would not remove it
+        yield from ssm_snapshot_records(ssm)
     if keyspace is not None:
         for key, value, deadline in list(keyspace.items()):
             if isinstance(value, bytes):

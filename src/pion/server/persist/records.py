@@ -49,6 +49,11 @@ keyspace's own; extra fields are kept, so a newer writer can add some)::
     13 SEMANTIC.DEL        cache s, ids l[i] (only ids that were present)
     14 SEMANTIC.FLUSH      cache s (one named semantic cache)
     15 SEMANTIC.FLUSHALL   (no fields: every semantic cache, from FLUSHALL)
+    16 SSM.PREFIX.STORE    ns s, layer i, state b (the opaque recurrent-state blob)
+    17 SSM.PREFIX.DROP     ns s, layer i|n (n = every layer of ns)
+    18 SSM.PREFIX.EVICT    namespaces l[s] (state-only namespaces evicted for room; state
+                           with K/V sessions leaves through their EVICT/DROP records)
+    19 SSM.PREFIX.FLUSH    (no fields: every namespace's state, from FLUSHALL)
     40 HSET                key b, pairs l[b] (field, value, field, value, ...)
     41 HDEL                key b, fields l[b] (only fields that were present)
     42 FT.CREATE           index s, args l[b] (the FT.CREATE words after the index name)
@@ -111,6 +116,10 @@ class RecordType(enum.IntEnum):
     SEMANTIC_DEL = 13
     SEMANTIC_FLUSH = 14
     SEMANTIC_FLUSHALL = 15
+    SSM_PREFIX_STORE = 16
+    SSM_PREFIX_DROP = 17
+    SSM_PREFIX_EVICT = 18
+    SSM_PREFIX_FLUSH = 19
     HSET = 40  # hashes and FT.* start at 40: room below for other families' records
     HDEL = 41
     FT_CREATE = 42
@@ -374,8 +383,8 @@ def record_type_name(rtype: int) -> str:
         name = RecordType(rtype).name
     except ValueError:
         return f"type {rtype}"
-    for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("V_", "V."), ("SNAPSHOT_", "SNAPSHOT."),
-                           ("SEMANTIC_", "SEMANTIC."), ("FT_", "FT.")):
+    for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("SSM_PREFIX_", "SSM.PREFIX."), ("V_", "V."),
+                           ("SNAPSHOT_", "SNAPSHOT."), ("SEMANTIC_", "SEMANTIC."), ("FT_", "FT.")):
         if name.startswith(prefix):
             return dotted + name[len(prefix):]
     return name

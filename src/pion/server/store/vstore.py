@@ -114,6 +114,10 @@ class VStore:
         self._bytes = 0
         self.total_fetches = 0
         self.evicted_sessions = 0
+        # Companion state of a prefix (SSM.PREFIX.*): told when a side of <ns> goes, and asked
+        # how many bytes leave with <ns>'s group when planning an eviction.
+        self.on_prefix_removed: list[Callable[[Namespace], None]] = []
+        self.group_extra_bytes: Callable[[Namespace], int] = lambda ns: 0
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -359,6 +363,8 @@ class VStore:
         ns = _namespace_of(sid)
         if ns is not None:
             self._prefixes.pop(ns, None)
+            for hook in self.on_prefix_removed:
+                hook(ns)
 
     def _check_range(self, session: Session, layer: int, start_id: int, end_id: int) -> None:
         session.check_layer(layer)
@@ -402,6 +408,9 @@ class VStore:
                 planned.append(member)
                 n_sessions -= 1
                 n_bytes -= self._sessions[member].nbytes
+            group_ns = _namespace_of(sid)
+            if group_ns is not None and group:
+                n_bytes -= self.group_extra_bytes(group_ns)
         if over_slots(n_sessions):
             raise CommandError(f"max-sessions {self.max_sessions} reached and no session can be evicted")
         if over_bytes(n_bytes):
