@@ -182,9 +182,16 @@ class HybridRetrievalCache:
         cache = cache_from_layers(self.model.config, [torch.cat(k, dim=2) for k in keys],
                                   [torch.cat(v, dim=2) for v in values])
         if self.recompute_ratio > 0:
-            start = 0 if stub is None else stub.n_tokens
+            # Parts still at the position they were prefilled at (the stub, a first pack right after
+            # it) are exact already; recompute only from the first moved part on.
+            start = 0
+            for part in parts:
+                if part.base_pos != start:
+                    break
+                start += part.n_tokens
             all_ids = [t for part in parts for t in part.token_ids]
-            blend_recompute(self.model, cache, all_ids, start, self.recompute_ratio, self.recompute_layer)
+            if start < len(all_ids):
+                blend_recompute(self.model, cache, all_ids, start, self.recompute_ratio, self.recompute_layer)
         return cache, _ids(suffix_ids, "suffix_ids")
 
     def composed_ids(self, ids: Sequence[str]) -> list[int]:
