@@ -196,12 +196,14 @@ def test_state_survives_a_kill9_restart_exactly(tmp_path: Path, save_first: bool
         r.execute_command("SSM.PREFIX.DROP", "h", 3)
         r.execute_command("SSM.PREFIX.DROP", "gone")
         r.execute_command("SSM.PREFIX.STORE", "pure", 0, blob(7000, 9))
-        before = (r.execute_command("SSM.PREFIX.MFETCH", "h", 0, 4), r.execute_command("SSM.PREFIX.MFETCH", "pure", 0, 1),
+        before = (r.execute_command("SSM.PREFIX.MFETCH", "h", 0, 4),
+                  r.execute_command("SSM.PREFIX.MFETCH", "pure", 0, 1),
                   r.execute_command("SSM.PREFIX.FETCH", "gone", 0), ssm_info(r)["ssm_bytes"])
         assert before[0] == [blob(5000, 0), b"overwritten", blob(5002, 2), None]
         server = _restart(server, signal.SIGKILL)
         r = server.client()
-        after = (r.execute_command("SSM.PREFIX.MFETCH", "h", 0, 4), r.execute_command("SSM.PREFIX.MFETCH", "pure", 0, 1),
+        after = (r.execute_command("SSM.PREFIX.MFETCH", "h", 0, 4),
+                 r.execute_command("SSM.PREFIX.MFETCH", "pure", 0, 1),
                  r.execute_command("SSM.PREFIX.FETCH", "gone", 0), ssm_info(r)["ssm_bytes"])
         assert after == before
         r.execute_command("SAVE")  # a snapshot of the recovered state reloads to the same state
