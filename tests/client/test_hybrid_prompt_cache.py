@@ -162,3 +162,21 @@ def test_an_unreachable_server_leaves_the_hybrid_cache_local_only(model_dirs: di
     cache = pc.get_or_prefill(PREFIX)
     assert float((suffix_logits(model, cache, SUFFIX)
                   - suffix_logits(model, prefill(model, PREFIX), SUFFIX)).abs().max()) == 0.0
+
+
+def test_pion_client_spells_the_ssm_prefix_commands(pion_server: ServerProcess) -> None:
+    from pion.client.connection import PionClient
+
+    with PionClient(port=pion_server.port) as client:
+        assert client.ssm_prefix_store("ns", 1, b"\x00state") is True
+        assert client.ssm_prefix_fetch("ns", 1) == b"\x00state"
+        assert client.ssm_prefix_fetch("ns", 2) is None
+        assert client.ssm_prefix_mfetch("ns", 0, 3) == [None, b"\x00state", None]
+        pipe = client.pipeline()
+        pipe.ssm_prefix_store("ns", 0, b"zero")
+        pipe.ssm_prefix_drop("ns", 1)
+        pipe.ssm_prefix_mfetch("ns", 0, 2)
+        assert pipe.execute() == [True, True, [b"zero", None]]
+        assert client.ssm_prefix_drop("ns") is True
+        assert client.ssm_prefix_mfetch("ns", 0, 1) == [None]
+        assert client.ssm_prefix_fetch("ns", 0) is None

@@ -141,7 +141,7 @@ class HybridPrefixTransport:
         pipe = pc.client.pipeline()
         nbytes = 0
         for i, blob in self.state_blobs(cache).items():
-            pipe._call("SSM.PREFIX.STORE", ns, i, blob)
+            pipe.ssm_prefix_store(ns, i, blob)
             nbytes += len(blob)
         if self.attention_layers:
             pipe.kv_prefix_register(ns, self.kv_shape.kv_dim, pc.vquant, layers=len(self.attention_layers),
@@ -168,7 +168,7 @@ class HybridPrefixTransport:
         if n_attn:
             pipe.v_mfetch(k_session(ns), 0, n_attn, 0, n_tokens, dtype=wire)
             pipe.v_mfetch(v_session(ns), 0, n_attn, 0, n_tokens, dtype=wire)
-        pipe._call("SSM.PREFIX.MFETCH", ns, 0, len(self.kinds))
+        pipe.ssm_prefix_mfetch(ns, 0, len(self.kinds))
         replies = pipe.execute()
         blobs = replies[-1]
         t1 = time.perf_counter()
