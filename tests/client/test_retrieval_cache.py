@@ -94,6 +94,16 @@ def test_dynamic_ntk_rope_is_refused_with_a_clear_error() -> None:
     assert str(exc.value).startswith("rope_type 'dynamic' recomputes its frequencies from the sequence length")
 
 
+def test_a_model_with_recurrent_layers_is_refused_with_the_reason() -> None:
+    from transformers import AutoModelForCausalLM
+
+    from support.hybrid_models import tiny_config
+
+    with pytest.raises(ValueError) as exc:
+        HybridRetrievalCache(AutoModelForCausalLM.from_config(tiny_config("lfm2")))
+    assert str(exc.value).startswith("the model has recurrent (SSM / linear-attention) layers")
+
+
 def test_prepare_of_one_chunk_gives_the_logits_of_a_full_prefill_of_chunk_and_suffix(llama: Any) -> None:
     hr = HybridRetrievalCache(llama)
     hr.ingest("a", CHUNK_A)

@@ -40,6 +40,7 @@ import torch
 from pion.client.blend import blend_recompute
 from pion.client.chunk_store import ChunkKv, ChunkStore, InprocChunkStore, PionChunkStore
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
+from pion.client.hybrid_prefix import hybrid_transport_for
 from pion.client.namespaces import make_namespace, model_fingerprint, tokens_hash
 from pion.client.rope import KeyRotator
 from pion.client.runtimes.transformers_kv import KvShape
@@ -80,6 +81,7 @@ class HybridRetrievalCache:
 
     Raises:
         UnsupportedRope: the model's rope cannot be re-rotated exactly (dynamic NTK, longrope).
+        ValueError: the model has recurrent layers (a state cannot be split per chunk).
     """
 
     def __init__(self, model: Any, backend: Backend = "inproc", vquant: str = "fp16",
@@ -95,6 +97,9 @@ class HybridRetrievalCache:
             raise ValueError(f"recompute_layer must be in 0..{self.shape.n_layers - 1}, got {recompute_layer}")
         self.recompute_ratio = recompute_ratio
         self.recompute_layer = recompute_layer
+        if hybrid_transport_for(model) is not None:
+            raise ValueError("the model has recurrent (SSM / linear-attention) layers, whose state cannot be "
+                             "split into chunks or moved to new positions; use PionPromptCache for its prefixes")
         self.rotator = KeyRotator(model)
         self._fingerprint = model_fingerprint(model, None)
         self._owns_client = False
