@@ -242,3 +242,41 @@ def test_a_70_mb_state_round_trips_past_any_64_mb_buffer_and_survives_a_restart(
         assert server.client(socket_timeout=120).execute_command("SSM.PREFIX.FETCH", "big", 0) == state
     finally:
         server.stop()
+
+
+def test_a_kv_write_evicts_state_only_namespaces_when_kv_groups_do_not_free_enough(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data", "--maxmemory", "1mb")
+    try:
+        r = server.client()
+        r.execute_command("SSM.PREFIX.STORE", "pure_old", 0, blob(300_000))
+        r.execute_command("SSM.PREFIX.STORE", "pure_new", 0, blob(300_000, 1))
+        r.execute_command("V.CREATE", "plain", 64)
+        r.execute_command("V.STOREBATCH", "plain", 0, 0, rows(1000, 64))  # 256000: 856000 used
+        r.execute_command("V.CREATE", "more", 64)
+        # 512000 more: evicting "plain" is not enough, so the oldest state-only namespace goes too.
+        r.execute_command("V.STOREBATCH", "more", 0, 0, rows(2000, 64))
+        assert r.execute_command("V.LIST") == [b"more"]
+        assert r.execute_command("SSM.PREFIX.FETCH", "pure_old", 0) is None
+        assert r.execute_command("SSM.PREFIX.FETCH", "pure_new", 0) == blob(300_000, 1)
+        info = prefix_info(r)
+        assert (info["ssm_evicted_prefixes"], info["vstore_evicted_sessions"]) == (1, 1)
+        server = _restart(server, signal.SIGKILL)  # the eviction was logged
+        assert server.client().execute_command("SSM.PREFIX.MFETCH", "pure_old", 0, 1) == [None]
+    finally:
+        server.stop()
+
+
+def test_registering_a_pure_ssm_prefix_never_evicts_its_own_state(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data", "--maxmemory", "1mb", "--max-sessions", "2")
+    try:
+        r = server.client()
+        r.execute_command("SSM.PREFIX.STORE", "older", 0, blob(400_000))
+        r.execute_command("SSM.PREFIX.STORE", "mamba", 0, blob(600_000, 1))  # evicts "older"
+        r.execute_command("V.CREATE", "a", 8)
+        r.execute_command("V.STOREBATCH", "a", 0, 0, rows(1, 8))
+        # Two session slots: REGISTER evicts "a"; the 600 KB state of "mamba" itself is protected.
+        r.execute_command("KV.PREFIX.REGISTER", "mamba", 1, "fp32")
+        assert r.execute_command("KV.PREFIX.LOOKUP", "mamba") == b"HIT"
+        assert r.execute_command("SSM.PREFIX.FETCH", "mamba", 0) == blob(600_000, 1)
+    finally:
+        server.stop()

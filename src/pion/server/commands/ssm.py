@@ -95,6 +95,7 @@ def setup(state: ServerState) -> None:
     vstore.external_bytes = lambda: kv_external() + store.nbytes
     vstore.on_prefix_removed.append(store.remove_with_prefix)
     vstore.group_extra_bytes = store.group_bytes
+    vstore.plan_extra_room = store.plan_room
     store.used_bytes = lambda: vstore.nbytes + vstore.external_bytes()
 
     def make_kv_room(extra: int, ns: Namespace) -> None:

@@ -12,8 +12,8 @@ alone is useless, so the halves live and die together:
   (``VStore.group_extra_bytes``);
 * a namespace with state but no K/V sessions (a pure-SSM model) is its own eviction
   group: an SSM.PREFIX.STORE that needs room evicts those least recently used first,
-  then asks the V-store to evict K/V groups (with their state). A K/V write does not
-  evict state-only namespaces (see docs/protocol.md, "SSM.PREFIX").
+  then asks the V-store to evict K/V groups (with their state); a K/V or keyspace write
+  that needs room evicts K/V groups first, then state-only namespaces (``plan_room``).
 
 Mutations are validated, then journaled (kinds below), then applied, like the V-store:
 
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pion.common.errors import CommandError
-from pion.common.ids import Namespace
+from pion.common.ids import K_SUFFIX, V_SUFFIX, Namespace
 from pion.server.store.journal import Journal, NullJournal
 
 
@@ -187,6 +187,22 @@ class SsmStateStore:
         entry = self._entries.pop(ns)
         self._bytes -= entry.nbytes
         return len(entry.layers)
+
+    def plan_room(self, need: int, protect: tuple[str, ...] = ()) -> tuple[int, Callable[[], None]]:
+        """For the V-store's writes: state-only namespaces (LRU first, none named by a protected
+        session ``<ns>_pk``/``<ns>_pv``) freeing ``need`` bytes, or all there are; returns the bytes
+        they hold and a callback that evicts them (called only once the write is sure to fit)."""
+        protected = {sid[:-len(K_SUFFIX)] for sid in protect if sid.endswith((K_SUFFIX, V_SUFFIX))}
+        victims: list[str] = []
+        freed = 0
+        for ns, entry in self._entries.items():
+            if freed >= need:
+                break
+            if ns in protected or self.has_kv(ns):
+                continue
+            victims.append(ns)
+            freed += entry.nbytes
+        return freed, lambda: self.evict(victims)
 
     def _make_room(self, extra: int, protect: Namespace) -> None:
         """State-only LRU victims first, then K/V groups via the V-store; nothing evicted on OOM."""

@@ -118,6 +118,9 @@ class VStore:
         # how many bytes leave with <ns>'s group when planning an eviction.
         self.on_prefix_removed: list[Callable[[Namespace], None]] = []
         self.group_extra_bytes: Callable[[Namespace], int] = lambda ns: 0
+        # Other eviction groups sharing the budget (state-only SSM namespaces): asked, when the
+        # sessions do not free enough, to plan ``need`` bytes; returns (bytes, evict-them callback).
+        self.plan_extra_room: Callable[[int, tuple[SessionId, ...]], tuple[int, Callable[[], None]]] | None = None
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -413,9 +416,15 @@ class VStore:
                 n_bytes -= self.group_extra_bytes(group_ns)
         if over_slots(n_sessions):
             raise CommandError(f"max-sessions {self.max_sessions} reached and no session can be evicted")
+        evict_extra = None
+        if over_bytes(n_bytes) and self.plan_extra_room is not None:
+            freed, evict_extra = self.plan_extra_room(n_bytes + extra_bytes - self.max_bytes, protect)
+            n_bytes -= freed
         if over_bytes(n_bytes):
             raise CommandError("command not allowed when used memory > 'maxmemory'.", code="OOM")
         reason = "max-sessions" if over_slots(len(self._sessions)) else "maxmemory"
+        if evict_extra is not None:
+            evict_extra()
         i = 0
         while i < len(planned):  # evict pair by pair so each journal record is one group
             group = [s for s in pair_of(planned[i]) if s in planned]
