@@ -180,3 +180,29 @@ def test_pion_client_spells_the_ssm_prefix_commands(pion_server: ServerProcess) 
         assert client.ssm_prefix_drop("ns") is True
         assert client.ssm_prefix_mfetch("ns", 0, 1) == [None]
         assert client.ssm_prefix_fetch("ns", 0) is None
+
+
+@pytest.mark.parametrize("restore_dtype", ["auto", "f16"])
+def test_a_quantized_attention_half_goes_through_the_shared_prefix_transport(
+        restore_dtype: str, model_dirs: dict[str, Path], pion_server: ServerProcess) -> None:
+    from pion.client.prefix_transport import PrefixTransport
+
+    model = load(model_dirs["qwen3_next"])  # layout RARA: attention layers 1 and 3 are rows 0 and 1
+    reference = prefill(model, PREFIX)
+    with PionPromptCache(model, vquant="int8", port=pion_server.port, restore_dtype=restore_dtype) as pc:
+        assert isinstance(pc._transport, PrefixTransport) and pc._transport.shape.n_layers == 2
+        assert pc._transport.k_wire == ("raw" if restore_dtype == "auto" else "f16")
+        ns = pc.namespace_for(PREFIX)
+        pc.get_or_prefill(PREFIX)
+        cache = pc.get_or_prefill(PREFIX)
+        assert (pc.stats()["hits"], pc.stats()["fallbacks"]) == (1, 0)
+        assert set(pc.stats()["last_restore_ms"]) == {"lookup", "fetch", "decode", "build"}
+        info = pion_server.client().execute_command("V.INFO", f"{ns}_pk")
+        assert b"int8" in info
+    for i in (1, 3):
+        for side in ("keys", "values"):
+            want, got = getattr(reference.layers[i], side), getattr(cache.layers[i], side)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert float((got - want).abs().max()) <= 0.02 * float(want.abs().max())
+    for i in (0, 2):  # recurrent layers: exact
+        assert torch.equal(cache.layers[i].recurrent_states[0], reference.layers[i].recurrent_states[0])

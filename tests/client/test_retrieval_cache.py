@@ -250,3 +250,24 @@ def test_smollm2_rerotated_chunk_matches_the_chunk_prefilled_at_its_position(smo
     alone = prefill_at(model, second, len(first))
     n = len(first)
     assert max(max_diff(a.keys[:, :, n:], b.keys) for a, b in zip(cache.layers, alone.layers, strict=True)) < 1e-3
+
+
+def test_pion_backend_quantized_chunks_come_back_as_the_servers_fp16_decode(
+        llama: Any, pion_server: ServerProcess) -> None:
+    import numpy as np
+
+    from pion.common.ids import k_session, v_session
+
+    with PionClient(port=pion_server.port) as writer_client, PionClient(port=pion_server.port) as reader_client:
+        writer = HybridRetrievalCache(llama, backend="pion", vquant="int8", client=writer_client)
+        writer.ingest("a", CHUNK_A)
+        reader = HybridRetrievalCache(llama, backend="pion", vquant="int8", client=reader_client)
+        ns = reader.namespace_for("a")
+        [chunk] = reader.store.get_many([(ns, 0)])
+        assert chunk is not None and chunk.token_ids == CHUNK_A
+        n, layers = len(CHUNK_A), llama.config.num_hidden_layers
+        for sid, got in ((k_session(ns), chunk.keys), (v_session(ns), chunk.values)):
+            for layer, blob in enumerate(reader_client.v_mfetch(sid, 0, layers, 0, n, dtype="f16")):
+                want = torch.from_numpy(np.frombuffer(blob, dtype="<f2").copy())
+                assert got[layer].dtype == torch.float16
+                assert torch.equal(got[layer].transpose(1, 2).reshape(-1), want)

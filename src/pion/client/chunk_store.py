@@ -7,7 +7,10 @@ Roles:
   * ``PionChunkStore`` — one KV prefix per chunk, written in one pipelined round trip
     (``KV.PREFIX.DROP`` + ``KV.PREFIX.REGISTER … LAYERS n`` + a ``V.STOREBATCH`` per layer and
     side + ``SET <ns>:ids``), read back in one more (``V.MFETCH`` K and V per chunk); a process
-    that did not ingest the chunk first reads its token ids (``GET <ns>:ids``, u32 LE).
+    that did not ingest the chunk first reads its token ids (``GET <ns>:ids``, u32 LE). The
+    register, the rows and their decoding are ``pion.client.prefix_transport``'s (the transport
+    of PionPromptCache and pion-llm), with ``restore_dtype="f16"``: a quantized chunk is decoded
+    by the server into fp16, so prepared chunks hold exactly the values they held before.
 
 ``put`` replaces a chunk of the same key; ``get_many`` returns None for a chunk that is not
 held (never ingested, evicted, or the server is unreachable — the caller decides).
@@ -25,8 +28,9 @@ import redis
 import torch
 
 from pion.client.connection import PionClient
-from pion.client.runtimes.transformers_kv import KvShape, frombuffer
-from pion.common.ids import Namespace, k_session, v_session
+from pion.client.prefix_transport import LayerFormats, PrefixTransport, Side
+from pion.client.runtimes.transformers_kv import KvShape
+from pion.common.ids import Namespace
 
 logger = logging.getLogger(__name__)
 
@@ -85,21 +89,22 @@ class PionChunkStore:
         self.client = client
         self.shape = shape
         self.vquant = vquant
-        self._wire = "f32" if vquant == "fp32" else "f16"
+        self.transport = PrefixTransport(client, shape, LayerFormats.uniform(vquant, shape.n_layers),
+                                         restore_dtype="f16")
         self._ids: dict[Namespace, list[int]] = {}  # token ids of chunks this process has seen
 
     def put(self, ns: Namespace, chunk: ChunkKv) -> None:
         """Replace ``ns`` on the server; raises redis.RedisError when any write is refused."""
         shape, n = self.shape, chunk.n_tokens
-        dtype = torch.float32 if self._wire == "f32" else torch.float16
-        pipe = self.client.redis.pipeline(transaction=False)
-        pipe.execute_command("KV.PREFIX.DROP", ns)
-        pipe.execute_command("KV.PREFIX.REGISTER", ns, shape.kv_dim, self.vquant, "LAYERS", shape.n_layers)
-        for sid, layers in ((k_session(ns), chunk.keys), (v_session(ns), chunk.values)):
-            for layer, states in enumerate(layers):
-                rows = states[0].transpose(0, 1).reshape(n, shape.kv_dim).to("cpu", dtype).contiguous()
-                pipe.execute_command("V.STOREBATCH", sid, layer, 0, rows.numpy().tobytes(), "DTYPE", self._wire)
-        pipe.execute_command("SET", _ids_key(ns), np.asarray(chunk.token_ids, dtype="<u4").tobytes())
+
+        def rows(side: Side, layer: int, dtype: torch.dtype) -> np.ndarray:
+            states = (chunk.keys if side == "k" else chunk.values)[layer]
+            return states[0].transpose(0, 1).reshape(n, shape.kv_dim).to("cpu", dtype).contiguous().numpy()
+
+        pipe = self.client.pipeline()
+        pipe.kv_prefix_drop(ns)
+        self.transport.queue_store(pipe, ns, rows)
+        pipe.key_set(_ids_key(ns), np.asarray(chunk.token_ids, dtype="<u4").tobytes())
         errors = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, Exception)]
         if errors:
             raise redis.ResponseError(f"storing chunk {ns} failed ({len(errors)} errors, first: {errors[0]})")
@@ -110,12 +115,9 @@ class PionChunkStore:
         try:
             self._learn_ids([ns for ns, _ in items if ns not in self._ids])
             wanted = [(ns, base) for ns, base in items if ns in self._ids]
-            pipe = self.client.redis.pipeline(transaction=False)
+            pipe = self.client.pipeline()
             for ns, _ in wanted:
-                n = len(self._ids[ns])
-                for sid in (k_session(ns), v_session(ns)):
-                    pipe.execute_command("V.MFETCH", sid, 0, self.shape.n_layers, "RANGE", 0, n,
-                                         "DTYPE", self._wire)
+                self.transport.queue_fetch(pipe, ns, len(self._ids[ns]))
             replies = pipe.execute(raise_on_error=False) if wanted else []
         except redis.RedisError as exc:
             logger.warning("fetching %d chunks from pion-server failed: %s", len(items), exc)
@@ -127,21 +129,23 @@ class PionChunkStore:
                 self._ids.pop(ns, None)  # evicted: forget its length so a re-ingest is looked up again
                 continue
             ids = self._ids[ns]
-            found[ns] = ChunkKv([self._tensor(b, len(ids)) for b in k_reply],
-                                [self._tensor(b, len(ids)) for b in v_reply], ids, base)
+            try:
+                restored = self.transport.decode(k_reply, v_reply, len(ids))
+            except ValueError as exc:
+                logger.warning("chunk %s has unexpected rows (%s); treated as missing", ns, exc)
+                self._ids.pop(ns, None)
+                continue
+            keys = [t for t in restored.keys if t is not None]
+            values = [t for t in restored.values if t is not None]
+            found[ns] = ChunkKv(keys, values, ids, base)
         return [found.get(ns) for ns, _ in items]
 
     def _learn_ids(self, namespaces: list[Namespace]) -> None:
         if not namespaces:
             return
-        pipe = self.client.redis.pipeline(transaction=False)
+        pipe = self.client.pipeline()
         for ns in namespaces:
-            pipe.execute_command("GET", _ids_key(ns))
+            pipe.key_get(_ids_key(ns))
         for ns, blob in zip(namespaces, pipe.execute(), strict=True):
             if blob:
                 self._ids[ns] = np.frombuffer(blob, dtype="<u4").astype(np.int64).tolist()
-
-    def _tensor(self, data: bytes, n_tokens: int) -> torch.Tensor:
-        shape = self.shape
-        flat = frombuffer(data, torch.float32 if self._wire == "f32" else torch.float16)
-        return flat.view(1, n_tokens, shape.n_kv_heads, shape.head_dim).transpose(1, 2)

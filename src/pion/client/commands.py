@@ -13,6 +13,7 @@ Roles:
   * rows: ``v_storebatch``, ``v_fetch``, ``v_mfetch``, ``v_info``
   * recurrent state (hybrid / SSM models): ``ssm_prefix_store``, ``ssm_prefix_fetch``,
     ``ssm_prefix_mfetch``, ``ssm_prefix_drop``
+  * keyspace (plain string keys beside the prefixes): ``key_get``, ``key_set``
   * receipt: ``pion_stats``, ``pion_stats_reset``
   * semantic cache (docs/protocol.md, AI.*): ``ai_embed``, ``semantic_get``, ``semantic_set``,
     ``semantic_del``, ``semantic_flush``, ``semantic_info``
@@ -238,6 +239,18 @@ def ssm_prefix_mfetch(ns: Namespace | str, layer_start: int, n: int) -> Command[
 def ssm_prefix_drop(ns: Namespace | str, layer: int | None = None) -> Command[bool]:
     """``SSM.PREFIX.DROP``: one layer, or every layer when ``layer`` is None → True (+OK)."""
     return Command(("SSM.PREFIX.DROP", ns, *(() if layer is None else (layer,))), _ok)
+
+
+# ---- keyspace ---------------------------------------------------------------------------------
+
+def key_get(key: str) -> Command[bytes | None]:
+    """``GET key`` → its value, or None when the key does not exist."""
+    return Command(("GET", key), _optional_bytes)
+
+
+def key_set(key: str, value: Blob | str) -> Command[bool]:
+    """``SET key value`` → True (+OK)."""
+    return Command(("SET", key, value), _ok)
 
 
 # ---- receipt ----------------------------------------------------------------------------------

@@ -16,6 +16,10 @@ Wire layout of one prefix ``ns`` (the attention half is PionPromptCache's usual 
 Store is one pipelined round trip with the state first, so a LOOKUP that answers +HIT (all
 attention layers present) never sees a prefix whose state is still missing. Restore is one
 pipelined round trip: two ``V.MFETCH`` and one ``SSM.PREFIX.MFETCH`` of every model layer.
+The attention half goes through the shared ``pion.client.prefix_transport`` (the
+``PrefixTransport`` of the ``PionPromptCache``, over the attention layers only): its register,
+wire dtypes and decoding (``restore_dtype``) are those of every other prefix; this module adds
+the state commands to the same pipeline and places layer ``j`` back at model layer ``i``.
 
 Caveats measured on transformers 5.24 (see docs/runtime.md, "Hybrid models"):
   * a recurrent prefix is reusable only at the exact token boundary its state was saved at,
@@ -33,16 +37,18 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import redis
 import torch
 
-from pion.client.connection import FetchDtype, StoreDtype
-from pion.client.runtimes.transformers_kv import KvShape, frombuffer, layer_rows
+from pion.client.runtimes.transformers_kv import KvShape, layer_rows
 from pion.client.runtimes.transformers_runtime import forward_logits, model_device
 from pion.client.state_blob import decode_arrays, encode_arrays
-from pion.common.ids import Namespace, k_session, v_session
+from pion.common.ids import Namespace
 
 if TYPE_CHECKING:
+    from pion.client.connection import PionPipeline
+    from pion.client.prefix_transport import PrefixTransport, Side
     from pion.client.prompt_cache import PionPromptCache
 
 logger = logging.getLogger(__name__)
@@ -129,75 +135,75 @@ class HybridPrefixTransport:
             blobs[i] = encode_arrays(arrays)
         return blobs
 
-    def store(self, pc: PionPromptCache, ns: Namespace | str, ids: list[int], cache: Any,
-              prefill_ms: float | None) -> bool:
-        """PionPromptCache._store for hybrids: state, registration and K/V in one round trip."""
-        assert pc.client is not None
+    def store(self, pc: PionPromptCache, transport: PrefixTransport, ns: Namespace | str, ids: list[int],
+              cache: Any, prefill_ms: float | None) -> bool:
+        """PionPromptCache._store for hybrids: state, registration and K/V in one round trip.
+
+        ``transport`` is the cache's ``PrefixTransport`` over the attention layers (``kv_shape``).
+        """
         t0 = time.perf_counter()
         n = len(ids)
         if self.attention_layers and cache.get_seq_length() != n:
             raise ValueError(f"a hybrid prefix is reusable only at the token boundary its state was saved at: "
                              f"the cache holds {cache.get_seq_length()} tokens, the prefix {n}")
-        pipe = pc.client.pipeline()
+        pipe = transport.client.pipeline()
         nbytes = 0
         for i, blob in self.state_blobs(cache).items():
             pipe.ssm_prefix_store(ns, i, blob)
             nbytes += len(blob)
         if self.attention_layers:
-            pipe.kv_prefix_register(ns, self.kv_shape.kv_dim, pc.vquant, layers=len(self.attention_layers),
-                                    prefill_ms=prefill_ms)
+            attention = self.attention_layers
+
+            def rows(side: Side, j: int, dtype: torch.dtype) -> np.ndarray:
+                return layer_rows(cache, attention[j], side, n, dtype)
+
+            nbytes += transport.queue_store(pipe, ns, rows, prefill_ms=prefill_ms)
         else:
             pipe.kv_prefix_register(ns, 1, "fp32", prefill_ms=prefill_ms)
-        wire: StoreDtype = "f32" if pc.vquant == "fp32" else "f16"
-        for side, sid in (("k", k_session(ns)), ("v", v_session(ns))):
-            for j, i in enumerate(self.attention_layers):
-                rows = layer_rows(cache, i, side, n, torch.float32 if wire == "f32" else torch.float16)
-                nbytes += rows.nbytes
-                pipe.v_storebatch(sid, j, 0, memoryview(rows).cast("B"), dtype=wire)  # type: ignore[arg-type]
         return _finish_store(pc, ns, pipe, t0, nbytes)
 
-    def restore(self, pc: PionPromptCache, ns: Namespace | str, n_tokens: int, lookup_ms: float) -> Any:
+    def restore(self, pc: PionPromptCache, transport: PrefixTransport, ns: Namespace | str, n_tokens: int,
+                lookup_ms: float) -> Any:
         """PionPromptCache._restore for hybrids: one round trip, then a cache of the model's layout."""
         from transformers import DynamicCache
 
-        assert pc.client is not None
         t0 = time.perf_counter()
         n_attn = len(self.attention_layers)
-        wire: FetchDtype = "f32" if pc.vquant == "fp32" else "f16"
-        pipe = pc.client.pipeline()
+        pipe = transport.client.pipeline()
         if n_attn:
-            pipe.v_mfetch(k_session(ns), 0, n_attn, 0, n_tokens, dtype=wire)
-            pipe.v_mfetch(v_session(ns), 0, n_attn, 0, n_tokens, dtype=wire)
+            transport.queue_fetch(pipe, ns, n_tokens)
         pipe.ssm_prefix_mfetch(ns, 0, len(self.kinds))
         replies = pipe.execute()
-        blobs = replies[-1]
+        blobs: list[bytes | None] = replies[-1]
         t1 = time.perf_counter()
+        restored = transport.decode(replies[0], replies[1], n_tokens) if n_attn else None
+        t2 = time.perf_counter()
         device, dtype = model_device(self.model), next(self.model.parameters()).dtype
         cache = DynamicCache(config=self.model.config)
         nbytes = 0
+        if len(blobs) != len(self.kinds):
+            raise ValueError(f"SSM.PREFIX.MFETCH returned {len(blobs)} layers, expected {len(self.kinds)}")
         for i in self.recurrent_layers:
             blob = blobs[i]
             if blob is None:
                 raise ValueError(f"recurrent state of layer {i} is missing for prefix {ns}")
             nbytes += len(blob)
             _set_states(cache, i, decode_arrays(blob, device))
-        if n_attn:
-            shape, flat_dtype = self.kv_shape, torch.float32 if wire == "f32" else torch.float16
+        if restored is not None:
+            nbytes += sum(len(d) for d in replies[0]) + sum(len(d) for d in replies[1])
             for j, i in enumerate(self.attention_layers):
-                k_data, v_data = replies[0][j], replies[1][j]
-                nbytes += len(k_data) + len(v_data)
-                k, v = (frombuffer(d, flat_dtype).view(1, n_tokens, shape.n_kv_heads, shape.head_dim)
-                        .transpose(1, 2).to(device=device, dtype=dtype) for d in (k_data, v_data))
-                cache.update(k, v, i)
+                k, v = restored.keys[j], restored.values[j]
+                assert k is not None and v is not None  # decode set every layer or raised
+                cache.update(k.to(device=device, dtype=dtype), v.to(device=device, dtype=dtype), i)
         stats = pc._stats
         stats.fetch_ms_total += lookup_ms + (time.perf_counter() - t0) * 1e3
         stats.bytes_fetched += nbytes
-        stats.last_restore_ms = {"lookup": lookup_ms, "fetch": (t1 - t0) * 1e3,
-                                 "build": (time.perf_counter() - t1) * 1e3}
+        stats.last_restore_ms = {"lookup": lookup_ms, "fetch": (t1 - t0) * 1e3, "decode": (t2 - t1) * 1e3,
+                                 "build": (time.perf_counter() - t2) * 1e3}
         return cache
 
 
-def _finish_store(pc: PionPromptCache, ns: Namespace | str, pipe: Any, t0: float, nbytes: int) -> bool:
+def _finish_store(pc: PionPromptCache, ns: Namespace | str, pipe: PionPipeline, t0: float, nbytes: int) -> bool:
     """Send the queued writes; count them, or warn and count a failure (the prefix stays local)."""
     try:
         replies = pipe.execute(raise_on_error=False)

@@ -220,7 +220,7 @@ class PionPromptCache:
         """Register the prefix and store every layer of K and V in one pipelined round trip."""
         assert self._transport is not None
         if self.hybrid is not None:
-            return self.hybrid.store(self, ns, ids, cache, prefill_ms)
+            return self.hybrid.store(self, self._transport, ns, ids, cache, prefill_ms)
         t0 = time.perf_counter()
         n = len(ids)
 
@@ -247,7 +247,7 @@ class PionPromptCache:
         """Fetch both sides in one round trip and build the cache; raises on any inconsistency."""
         assert self._transport is not None
         if self.hybrid is not None:
-            return self.hybrid.restore(self, ns, n_tokens, lookup_ms)
+            return self.hybrid.restore(self, self._transport, ns, n_tokens, lookup_ms)
         timings = {"lookup": lookup_ms}
         t0 = time.perf_counter()
         k_reply, v_reply = self._transport.fetch(ns, n_tokens)

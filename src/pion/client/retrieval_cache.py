@@ -41,30 +41,20 @@ from pion.client.blend import blend_recompute
 from pion.client.chunk_store import ChunkKv, ChunkStore, InprocChunkStore, PionChunkStore
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
 from pion.client.hybrid_prefix import hybrid_transport_for
-from pion.client.namespaces import make_namespace, model_fingerprint, tokens_hash
+from pion.client.namespaces import RAG_TAG, make_namespace, model_fingerprint, tokens_hash
 from pion.client.rope import KeyRotator
-from pion.client.runtimes.transformers_kv import KvShape
+from pion.client.runtimes.transformers_kv import KvShape, dynamic_cache
 from pion.client.runtimes.transformers_runtime import cache_forward_kwargs, model_device
 from pion.common.ids import Namespace
 
-NAMESPACE_VERSION = "pion-rag-v1"
 Backend = Literal["inproc", "pion"]
 
 
 def cache_from_layers(config: Any, keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
-    """A transformers ``DynamicCache`` adopting per-layer ``[1, H, n, D]`` K/V (no copy)."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    cache = DynamicCache(config=config)
-    for i, (k, v) in enumerate(zip(keys, values, strict=True)):
-        layer = cache.layers[i] if i < len(cache.layers) else None
-        if type(layer) is DynamicLayer:
-            layer.lazy_initialization(k, v)
-            layer.keys, layer.values = k, v
-        else:
-            cache.update(k, v, i)
-    return cache
+    """A transformers ``DynamicCache`` adopting per-layer ``[1, H, n, D]`` K/V (no copy; the
+    assembly routine every restore uses, ``transformers_kv.dynamic_cache``, in the tensors' dtype)."""
+    dtype = keys[0].dtype if keys else torch.float32
+    return dynamic_cache(config, list(zip(keys, values, strict=True)), dtype)
 
 
 class HybridRetrievalCache:
@@ -124,7 +114,7 @@ class HybridRetrievalCache:
         """hash(chunk id) plus model identity and format; packs add the stub they follow."""
         stub = self._stub_hash if kind == "pack" else "-"
         chunk_hash = hashlib.sha256(item_id.encode()).hexdigest()
-        return make_namespace(NAMESPACE_VERSION, *self._fingerprint, f"format={self.vquant}", f"kind={kind}",
+        return make_namespace(RAG_TAG, *self._fingerprint, f"format={self.vquant}", f"kind={kind}",
                               f"stub={stub}", f"id={chunk_hash}")
 
     # ---- ingest -----------------------------------------------------------------------------
