@@ -220,7 +220,7 @@ def test_only_the_write_subcommands_of_ai_semantic_cache_wait_for_the_write_barr
     dispatcher.track_writes = True
     client = SimpleNamespace(protocol=2, authenticated=True, last_command="", write_marks=[])
     ctx = SimpleNamespace(client=client, server=SimpleNamespace(components={},
-                          config=SimpleNamespace(prefill_us_per_token=1000)))
+                          config=SimpleNamespace(prefill_us_per_token=1000, embed_threads=1)))
     vec = _blob(_vec(1))
     for verb, args in ((b"set", [b"c", b"s", b"t", b"r", b"VECTOR", vec]), (b"GET", [b"c", b"s", b"t", b"VECTOR", vec]),
                        (b"INFO", [b"c"]), (b"DEL", [b"c", b"1"]), (b"FLUSH", [b"c"])):
