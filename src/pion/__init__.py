@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _LAZY_EXPORTS = {
     "PionClient": "pion.client.connection",
     "PionPromptCache": "pion.client.prompt_cache",
+    "HybridRetrievalCache": "pion.client.retrieval_cache",
     "load_model": "pion.client.runtimes.transformers_runtime",
     "generate": "pion.client.runtimes.transformers_runtime",
     "stream_generate": "pion.client.runtimes.transformers_runtime",

@@ -12,7 +12,7 @@ import pytest
 from pion.server.persist.records import HEADER_SIZE, RecordType, decode_fields, encode_fields, frame_bytes
 from pion.server.store.records import (
     RECORD_CLASSES, Evict, FtCreate, FtDropIndex, FtGraph, KeyExpire, KeyHDel, KeyHSet, KeysDel, KeySet,
-    KeysFlush, PrefixDrop, PrefixRegister, Record,
+    KeysFlush, PrefixDrop, PrefixRegister, Record, SsmDrop, SsmEvict, SsmFlush, SsmStore,
     SemanticDel, SemanticFlush, SemanticFlushAll, SemanticSet, VCreate, VDrop, VFlush, VStoreBatch,
     decode_record, register,
 )
@@ -35,6 +35,10 @@ EXAMPLES: dict[type[Record], Record] = {
     SemanticDel: SemanticDel("c", (1, 2)),
     SemanticFlush: SemanticFlush("c"),
     SemanticFlushAll: SemanticFlushAll(),
+    SsmStore: SsmStore("ns", 3, b"\x00state\xff"),
+    SsmDrop: SsmDrop("ns", None),
+    SsmEvict: SsmEvict(("a", "b")),
+    SsmFlush: SsmFlush(),
     KeyHSet: KeyHSet(b"h\x00", (b"f", b"v", b"g", b"")),
     KeyHDel: KeyHDel(b"h", (b"f", b"g")),
     FtCreate: FtCreate("idx", (b"PREFIX", b"1", b"doc:", b"SCHEMA", b"t", b"TEXT")),
@@ -62,6 +66,10 @@ def test_field_order_on_disk_is_the_declaration_order() -> None:
     assert list(EXAMPLES[PrefixRegister].fields()) == [
         "ns", "kv_dim", "k_formats", "v_formats", "uniform", "block_size", "hashes", "layers"]
     assert list(SemanticSet("c", "s", "t", b"r", VEC, 0, 0, None, 1).fields())[-1] == "id"  # no next_id
+
+
+def test_an_ssm_drop_of_every_layer_writes_its_layer_as_none() -> None:
+    assert EXAMPLES[SsmDrop].fields() == {"ns": "ns", "layer": None}
 
 
 def test_the_hdel_record_keeps_its_on_disk_field_name() -> None:

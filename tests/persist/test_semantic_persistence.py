@@ -18,6 +18,7 @@ from pion.server.search.store import SearchStore
 from pion.server.semantic.cache import SemanticCacheStore
 from pion.server.store.keyspace import Keyspace
 from pion.server.store.records import Record, SemanticDel, SemanticSet
+from pion.server.store.ssm import SsmStateStore
 from pion.server.store.stores import Stores
 from pion.server.store.vstore import VStore
 from support.procs import ServerProcess, start_server
@@ -201,11 +202,11 @@ def test_snapshot_records_rebuild_an_equal_store_without_the_model() -> None:
     assert (first.expire_at_ms, first.id, deleted.ids) == (1_005_000, a, [b])
 
     keyspace = Keyspace()
-    stores = Stores(VStore(), keyspace, store, SearchStore(keyspace))
+    stores = Stores(VStore(), keyspace, store, SearchStore(keyspace), SsmStateStore())
     records = [frame_bytes(rtype, 0, fields) for rtype, fields in snapshot_fields(stores)]
     copy = SemanticCacheStore(clock=lambda: 1000.0)
     copy_keyspace = Keyspace()
-    sink = make_sink(Stores(VStore(), copy_keyspace, copy, SearchStore(copy_keyspace)))
+    sink = make_sink(Stores(VStore(), copy_keyspace, copy, SearchStore(copy_keyspace), SsmStateStore()))
     for raw in records:
         sink(raw[5], decode_fields(raw[HEADER_SIZE:-4]))
     assert [raw[5] for raw in records] == [RecordType.SEMANTIC_SET]

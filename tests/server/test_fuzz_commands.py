@@ -25,7 +25,7 @@ VOCABULARY = [
     b"SCHEMA", b"TOKENS", b"PREFILL_MS", b"BLOCKS", b"LAYERS", b"RESET", b"ID", b"LIST",
     b"SETNAME", b"GETNAME", b"SETINFO", b"LIB-NAME", b"INFO", b"DOCS", b"*", b"SET", b"DEL",
     b"FLUSH", b"THRESHOLD", b"VECTOR", b"TTL", b"META", b"default",
-    b"fz:k1", b"fz:k2", b"fzs", b"fzns", b"fzns_pk", b"fzns_pv",
+    b"fz:k1", b"fz:k2", b"fzs", b"fzns", b"fzns_pk", b"fzns_pv", b"fzssm",
 ]
 ARG = st.one_of(
     st.sampled_from(VOCABULARY),
@@ -82,6 +82,9 @@ def seed_commands(names: set[str]) -> list[tuple[Any, ...]]:
             seed.append(("V.STOREBATCH", "fzs", "0", "0", bytes(32)))
     if "KV.PREFIX.REGISTER" in names:
         seed.append(("KV.PREFIX.REGISTER", "fzns", "4", "fp16"))
+    if "SSM.PREFIX.STORE" in names:  # a hybrid prefix's state and a state-only namespace
+        seed.append(("SSM.PREFIX.STORE", "fzns", "0", b"state0"))
+        seed.append(("SSM.PREFIX.STORE", "fzssm", "1", b"state1"))
     return seed
 
 
@@ -97,13 +100,17 @@ def snapshot(conn: redis.Redis, names: set[str]) -> list[Any]:
     pipe = conn.pipeline(transaction=False)
     pipe.execute_command("DBSIZE")
     pipe.execute_command("KEYS", "*")
-    for name, args in (("V.LIST", ()), ("KV.PREFIX.INFO", ()), ("PION.STATS", ())):
+    for name, args in (("V.LIST", ()), ("KV.PREFIX.INFO", ()), ("PION.STATS", ()),
+                       ("SSM.PREFIX.MFETCH", ("fzns", 0, 3)), ("SSM.PREFIX.MFETCH", ("fzssm", 0, 3))):
         if name in names:
             pipe.execute_command(name, *args)
     replies = pipe.execute(raise_on_error=False)
     replies[1] = sorted(replies[1])
     for i, reply in enumerate(replies):
-        if isinstance(reply, dict):  # PION.STATS over RESP3
+        if isinstance(reply, bytes) and b"ssm_total_fetches:" in reply:  # the MFETCHes above count
+            replies[i] = b"".join(line for line in reply.splitlines(keepends=True)
+                                  if not line.startswith(b"ssm_total_fetches:"))
+        elif isinstance(reply, dict):  # PION.STATS over RESP3
             replies[i] = {k: v for k, v in reply.items() if b"uptime" not in bytes(k)}
         elif isinstance(reply, list) and reply and reply[0] == b"uptime_seconds":
             replies[i] = reply[2:]

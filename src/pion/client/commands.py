@@ -11,6 +11,9 @@ Roles:
   * prefix directory: ``kv_prefix_register``, ``kv_prefix_register_schema``, ``kv_prefix_lookup``,
     ``kv_prefix_drop``, ``kv_prefix_blocks``, ``kv_prefix_membership``, ``kv_prefix_info``
   * rows: ``v_storebatch``, ``v_fetch``, ``v_mfetch``, ``v_info``
+  * recurrent state (hybrid / SSM models): ``ssm_prefix_store``, ``ssm_prefix_fetch``,
+    ``ssm_prefix_mfetch``, ``ssm_prefix_drop``
+  * keyspace (plain string keys beside the prefixes): ``key_get``, ``key_set``
   * receipt: ``pion_stats``, ``pion_stats_reset``
   * semantic cache (docs/protocol.md, AI.*): ``ai_embed``, ``semantic_get``, ``semantic_set``,
     ``semantic_del``, ``semantic_flush``, ``semantic_info``
@@ -209,6 +212,45 @@ def v_mfetch(sid: SessionId | str, layer_from: int, layer_to: int, start: int, e
 def v_info(sid: SessionId | str) -> Command[dict[str, Any]]:
     """``V.INFO`` → its reply as a dict."""
     return Command(("V.INFO", sid), _pairs)
+
+
+# ---- recurrent state -------------------------------------------------------------------------
+
+def _optional_bytes(reply: Any) -> bytes | None:
+    return None if reply is None else bytes(reply)
+
+
+def ssm_prefix_store(ns: Namespace | str, layer: int, blob: Blob) -> Command[bool]:
+    """``SSM.PREFIX.STORE``: one recurrent layer's state blob → True (+OK)."""
+    return Command(("SSM.PREFIX.STORE", ns, layer, blob), _ok)
+
+
+def ssm_prefix_fetch(ns: Namespace | str, layer: int) -> Command[bytes | None]:
+    """``SSM.PREFIX.FETCH`` → the layer's state blob, or None when nothing is held."""
+    return Command(("SSM.PREFIX.FETCH", ns, layer), _optional_bytes)
+
+
+def ssm_prefix_mfetch(ns: Namespace | str, layer_start: int, n: int) -> Command[list[bytes | None]]:
+    """``SSM.PREFIX.MFETCH`` → ``n`` blobs in one reply (None where a layer holds nothing)."""
+    return Command(("SSM.PREFIX.MFETCH", ns, layer_start, n),
+                   lambda reply: [_optional_bytes(blob) for blob in reply])
+
+
+def ssm_prefix_drop(ns: Namespace | str, layer: int | None = None) -> Command[bool]:
+    """``SSM.PREFIX.DROP``: one layer, or every layer when ``layer`` is None → True (+OK)."""
+    return Command(("SSM.PREFIX.DROP", ns, *(() if layer is None else (layer,))), _ok)
+
+
+# ---- keyspace ---------------------------------------------------------------------------------
+
+def key_get(key: str) -> Command[bytes | None]:
+    """``GET key`` → its value, or None when the key does not exist."""
+    return Command(("GET", key), _optional_bytes)
+
+
+def key_set(key: str, value: Blob | str) -> Command[bool]:
+    """``SET key value`` → True (+OK)."""
+    return Command(("SET", key, value), _ok)
 
 
 # ---- receipt ----------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ Method roles:
   * prefix directory: ``kv_prefix_register``, ``kv_prefix_register_schema``, ``kv_prefix_lookup``,
     ``kv_prefix_drop``, ``kv_prefix_blocks``, ``kv_prefix_membership``, ``kv_prefix_info``
   * rows: ``v_storebatch``, ``v_fetch``, ``v_mfetch``, ``v_info``
+  * recurrent state: ``ssm_prefix_store``, ``ssm_prefix_fetch``, ``ssm_prefix_mfetch``, ``ssm_prefix_drop``
+  * keyspace: ``key_get``, ``key_set``
   * receipt: ``pion_stats``, ``pion_stats_reset``
   * semantic cache: ``ai_embed``, ``semantic_get``, ``semantic_set``, ``semantic_del``,
     ``semantic_flush``, ``semantic_info``
@@ -89,6 +91,12 @@ class _Commands:
     v_fetch = _command(cmd.v_fetch)
     v_mfetch = _command(cmd.v_mfetch)
     v_info = _command(cmd.v_info)
+    ssm_prefix_store = _command(cmd.ssm_prefix_store)
+    ssm_prefix_fetch = _command(cmd.ssm_prefix_fetch)
+    ssm_prefix_mfetch = _command(cmd.ssm_prefix_mfetch)
+    ssm_prefix_drop = _command(cmd.ssm_prefix_drop)
+    key_get = _command(cmd.key_get)
+    key_set = _command(cmd.key_set)
     pion_stats = _command(cmd.pion_stats)
     pion_stats_reset = _command(cmd.pion_stats_reset)
     ai_embed = _command(cmd.ai_embed)

@@ -1,7 +1,7 @@
 """Cache namespaces: the key under which a prefix's K/V is shared.
 
 A namespace must encode every load-bearing piece of execution context, because a mismatch is
-silent corruption, not an error. Two derivations, both versioned by ``NAMESPACE_VERSION`` (the
+silent corruption, not an error. Three derivations, all versioned by ``NAMESPACE_VERSION`` (the
 version of this module's derivation rules; bumping it orphans every stored prefix on purpose):
 
 * a whole prefix (``PionPromptCache.namespace_for``)::
@@ -9,12 +9,20 @@ version of this module's derivation rules; bumping it orphans every stored prefi
       make_namespace("pion-prefix-v1", "model=<id>", "config=<h>", "tokenizer=<h>", "rope=<json>",
                      "dtype=<torch dtype>", "format=<vquant>/bp<n>", "tokens=<sha256 of u32le ids>", *extra)
 
+  (a model with recurrent layers puts ``"layout=<A|R|B|- per layer>"`` between the tokens and ``extra``;
+  ``pion.client.hybrid_prefix``)
+
 * a chain of segments (pion-llm; ``pion.llm.segments`` says where the cuts are)::
 
       root = sha256("pion-llm|v1|<model id>|<vquant>|L<n_layers>|D<kv_dim>")[:32]
       ns_i = sha256(ns_{i-1} + "|" + u32le(ids_i))[:32]          (ns_{-1} = root)
 
-``model_identity`` is the one answer to "which model is this" for both.
+* a RAG chunk (``HybridRetrievalCache.namespace_for``; keyed by the chunk id, not its tokens)::
+
+      make_namespace("pion-rag-v1", "model=<id>", …, "dtype=<torch dtype>", "format=<vquant>",
+                     "kind=chunk|pack", "stub=<stub token hash or ->", "id=<sha256 of the chunk id>")
+
+``model_identity`` is the one answer to "which model is this" for all of them.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from pion.common.ids import Namespace
 NAMESPACE_VERSION = 1
 PREFIX_TAG = f"pion-prefix-v{NAMESPACE_VERSION}"  # first part of a whole-prefix namespace
 CHAIN_TAG = f"pion-llm|v{NAMESPACE_VERSION}"  # start of a chain root's hashed text
+RAG_TAG = f"pion-rag-v{NAMESPACE_VERSION}"  # first part of a RAG chunk's namespace (HybridRetrievalCache)
 
 
 def make_namespace(*parts: object) -> Namespace:

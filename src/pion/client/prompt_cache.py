@@ -36,6 +36,7 @@ import torch
 
 from pion.client.block_hashes import DEFAULT_BLOCK_SIZE, block_table
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
+from pion.client.hybrid_prefix import hybrid_transport_for
 from pion.client.namespaces import make_namespace, model_fingerprint, prefix_namespace
 from pion.client.prefix_transport import LayerFormats, PrefixTransport, RestoreDtype
 from pion.client.runtimes.transformers_kv import KvShape, layer_rows
@@ -89,7 +90,10 @@ class PionPromptCache:
         self.model = model
         self.vquant = vquant
         self.boundary_protect = int(boundary_protect)
-        self.shape = KvShape.from_config(model.config)
+        self.hybrid = hybrid_transport_for(model)  # recurrent layers present: pion.client.hybrid_prefix
+        if self.hybrid is not None and self.boundary_protect:
+            raise ValueError("boundary_protect is not supported for hybrid/recurrent models")
+        self.shape = self.hybrid.kv_shape if self.hybrid is not None else KvShape.from_config(model.config)
         self.block_size = block_size
         self.restore_dtype = restore_dtype
         self.materialize = materialize
@@ -130,7 +134,8 @@ class PionPromptCache:
         Covers the model identity, config hash, tokenizer hash, rope settings, weights dtype, storage
         format and the prefix token ids; ``extra`` adds anything else (an adapter id, a tenant).
         """
-        return prefix_namespace(self._fingerprint, self.format_descriptor, prefix_ids, *extra)
+        layout = () if self.hybrid is None else (f"layout={self.hybrid.layout}",)
+        return prefix_namespace(self._fingerprint, self.format_descriptor, prefix_ids, *layout, *extra)
 
     # ---- the request path -------------------------------------------------------------------
 
@@ -214,6 +219,8 @@ class PionPromptCache:
     def _store(self, ns: Namespace | str, ids: list[int], cache: Any, prefill_ms: float | None) -> bool:
         """Register the prefix and store every layer of K and V in one pipelined round trip."""
         assert self._transport is not None
+        if self.hybrid is not None:
+            return self.hybrid.store(self, self._transport, ns, ids, cache, prefill_ms)
         t0 = time.perf_counter()
         n = len(ids)
 
@@ -239,6 +246,8 @@ class PionPromptCache:
     def _restore(self, ns: Namespace | str, n_tokens: int, lookup_ms: float) -> Any:
         """Fetch both sides in one round trip and build the cache; raises on any inconsistency."""
         assert self._transport is not None
+        if self.hybrid is not None:
+            return self.hybrid.restore(self, self._transport, ns, n_tokens, lookup_ms)
         timings = {"lookup": lookup_ms}
         t0 = time.perf_counter()
         k_reply, v_reply = self._transport.fetch(ns, n_tokens)

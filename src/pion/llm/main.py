@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pion.common.errors import ConfigError
 from pion.common.logs import setup_logging
@@ -60,7 +60,9 @@ def make_engine(config: LlmConfig) -> Engine:
     logger.info("loading model %s", config.model)
     model, tokenizer = load_model(config.model, device=config.device)
     store: SegmentStore | None = None
-    if config.cache_mode == "memory":
+    if not _segments_supported(model):
+        pass
+    elif config.cache_mode == "memory":
         store = MemorySegmentStore(next(model.parameters()).element_size())
     elif config.cache_mode == "pion-server":
         store = PionSegmentStore(ModelShape.of(model), config.vquant, config.pion_host, config.pion_port,
@@ -74,6 +76,18 @@ def make_engine(config: LlmConfig) -> Engine:
                 f", budget {budget / 1024**3:.3f} GiB" if budget is not None and store is not None else "")
     return Engine(model, tokenizer, config.model, store, config.vquant, budget if store is not None else None,
                   generation_defaults=defaults)
+
+
+def _segments_supported(model: Any) -> bool:
+    """Segment chains cut a cache at many token boundaries; a recurrent state exists only at the
+    end of a prefill, so hybrid / SSM models are served with prefix reuse off (docs/llm.md)."""
+    from pion.client.hybrid_prefix import hybrid_transport_for
+
+    if hybrid_transport_for(model) is None:
+        return True
+    logger.warning("model has recurrent (SSM / linear-attention) layers: segment prefix reuse is off, "
+                   "every request prefills its whole prompt")
+    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

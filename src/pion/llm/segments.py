@@ -57,7 +57,10 @@ class ModelShape(KvShape):
 
     @classmethod
     def of(cls, model: Any) -> ModelShape:
-        kv = KvShape.from_config(model.config)
+        from pion.client.hybrid_prefix import hybrid_transport_for  # recurrent layers: attention ones only
+
+        hybrid = hybrid_transport_for(model)
+        kv = hybrid.kv_shape if hybrid is not None else KvShape.from_config(model.config)
         return cls(kv.n_layers, kv.n_kv_heads, kv.head_dim, model_id=model_identity(model))
 
 

@@ -133,6 +133,8 @@ def cmd_kvprefix_membership(ctx: CommandContext, args: list[bytes]) -> object:
 
 
 def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
+    from pion.server.commands.ssm import ssm_info_fields  # the SSM family's lines
+
     store = state.stores.vstore
     prefixes = list(store.iter_prefixes())
     total_tokens = 0
@@ -149,6 +151,7 @@ def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
         ("wal_bytes", wal_bytes),
         ("vstore_allocated_bytes", store.allocated_bytes),
         ("vstore_evicted_sessions", store.evicted_sessions),
+        *ssm_info_fields(state),
     ]
 
 

@@ -30,6 +30,8 @@ def cmd_persist_kvprefix_save(ctx: CommandContext, args: list[bytes]) -> object:
             path = args[0].decode()
         except UnicodeDecodeError:
             raise CommandError(f"snapshot path is not valid UTF-8: '{clip_for_echo(args[0])}'") from None
+        if "\x00" in path:  # the OS refuses it; say so instead of failing inside pathlib
+            raise CommandError(f"snapshot path contains a NUL byte: '{clip_for_echo(args[0])}'")
     ctx.server.persist.save(path)
     return OK
 

@@ -28,13 +28,7 @@ from pion.server.search.index import Hit, SearchIndex
 from pion.server.search.options import SearchOptions, parse_options
 from pion.server.search.query import AndNode, NumericNode, Query, parse_query
 from pion.server.search.replies import format_distance, info_reply, search_reply
-from pion.server.search.store import SearchStore
 from pion.server.store.keyspace import Keyspace
-
-
-def search_store(state: ServerState) -> SearchStore:
-    """The worker's SearchStore (``state.stores.search``)."""
-    return state.stores.search
 
 
 def _name(raw: bytes) -> str:
@@ -42,14 +36,14 @@ def _name(raw: bytes) -> str:
 
 
 def cmd_search_create(ctx: CommandContext, args: list[bytes]) -> Any:
-    search_store(ctx.server).create(_name(args[0]), args[1:])
+    ctx.server.stores.search.create(_name(args[0]), args[1:])
     return OK
 
 
 def cmd_search_dropindex(ctx: CommandContext, args: list[bytes]) -> Any:
     if len(args) > 2 or (len(args) == 2 and args[1].upper() != b"DD"):
         raise CommandError(f"Unknown argument `{clip_for_echo(args[-1])}`")
-    store = search_store(ctx.server)
+    store = ctx.server.stores.search
     index = store.drop(_name(args[0]))
     if len(args) == 2 and index.doc_of:
         store.keyspace.delete(list(index.doc_of))
@@ -57,7 +51,7 @@ def cmd_search_dropindex(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 def cmd_search_info(ctx: CommandContext, args: list[bytes]) -> Any:
-    store = search_store(ctx.server)
+    store = ctx.server.stores.search
     index = store.indexes.get(_name(args[0]))
     if index is None:
         raise CommandError("Unknown index name")
@@ -65,7 +59,7 @@ def cmd_search_info(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 def cmd_search_list(ctx: CommandContext, args: list[bytes]) -> Any:
-    return list(search_store(ctx.server).indexes)
+    return list(ctx.server.stores.search.indexes)
 
 
 def _sort_key(index: SearchIndex, ks: Keyspace, field: str,
@@ -99,7 +93,7 @@ def _apply_filters(text: str, opts: SearchOptions) -> Query:
 
 
 def cmd_search_search(ctx: CommandContext, args: list[bytes]) -> Any:
-    store = search_store(ctx.server)
+    store = ctx.server.stores.search
     index = store.get(_name(args[0]))
     opts = parse_options(args[2:])
     query = _apply_filters(_name(args[1]), opts)
@@ -146,7 +140,7 @@ def _returned(index: SearchIndex, fields: dict[bytes, bytes],
 
 
 def cmd_search_hybrid(ctx: CommandContext, args: list[bytes]) -> Any:
-    store = search_store(ctx.server)
+    store = ctx.server.stores.search
     index = store.get(_name(args[0]))
     store.keyspace.expire_due()
     reply = run_hybrid(index, store.keyspace, args[1:])
@@ -169,7 +163,7 @@ def cmd_search_module(ctx: CommandContext, args: list[bytes]) -> Any:
 
 # ---- family hooks ---------------------------------------------------------------------------
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
-    store = search_store(state)
+    store = state.stores.search
     return {"Search": [("search_number_of_indexes", len(store.indexes)),
                        ("search_total_docs", sum(len(i) for i in store.indexes.values()))]}
 

@@ -25,6 +25,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.semantic",
     "pion.server.commands.slowlog",
     "pion.server.commands.search",
+    "pion.server.commands.ssm",
     "pion.server.commands.persist",
 )
 

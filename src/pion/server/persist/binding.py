@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from pion.common.ids import K_SUFFIX, V_SUFFIX
 from pion.server.persist.records import RecordType
 from pion.server.store.records import (
-    FtCreate, FtGraph, KeyExpire, KeyHSet, KeySet, PrefixRegister, Record, SemanticSet, VCreate,
-    VStoreBatch, decode_record,
+    FtCreate, FtGraph, KeyExpire, KeyHSet, KeySet, PrefixRegister, Record, SemanticSet, SsmStore,
+    VCreate, VStoreBatch, decode_record,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def attach(stores: Stores, persist: Persistence) -> None:
     stores.keyspace.journal = journal
     stores.semantic.journal = journal
     stores.search.journal = journal
+    stores.ssm.journal = journal
     persist.set_snapshot_source(lambda: snapshot_fields(stores))
 
 
@@ -81,8 +82,10 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
     Sessions come least recently used first (so LRU order survives a reload); a
     prefix's registration follows its first session; rows go in chunks of at most
     64 MiB (one record per layer in practice), straight from the layer buffers (no copy here).
-    Then every key, then one SEMANTIC.SET per live semantic-cache entry (with its cache's
-    ``next_id``, so ids are not reused after a reload).
+    Then one SSM.PREFIX.STORE per held state layer (least recently used namespace first),
+    then every key (a hash as HSET, plus EXPIRE with a TTL), then one FT.CREATE per index and
+    the FT.GRAPH records, then one SEMANTIC.SET per live semantic-cache entry (with its
+    cache's ``next_id``, so ids are not reused after a reload).
     """
     vstore, keyspace, semantic = stores.vstore, stores.keyspace, stores.semantic
     registered: set[str] = set()
@@ -106,6 +109,10 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
                 if end <= start:
                     break
                 yield VStoreBatch(session.sid, layer, start, end - start, buf.raw(start, end))
+    # After every V-store record: a K/V session's replay would remove its prefix's state.
+    for ssm_entry in stores.ssm.iter_entries():  # least recently used first
+        for layer, blob in sorted(ssm_entry.layers.items()):
+            yield SsmStore(ssm_entry.ns, layer, blob)
     for key, value, deadline in list(keyspace.items()):
         if isinstance(value, bytes):
             yield KeySet(key, value, deadline)

@@ -84,6 +84,10 @@ class RecordType(enum.IntEnum):
     SEMANTIC_DEL = 13
     SEMANTIC_FLUSH = 14
     SEMANTIC_FLUSHALL = 15
+    SSM_PREFIX_STORE = 16
+    SSM_PREFIX_DROP = 17
+    SSM_PREFIX_EVICT = 18
+    SSM_PREFIX_FLUSH = 19
     HSET = 40  # hashes and FT.* start at 40: room below for other families' records
     HDEL = 41
     FT_CREATE = 42
@@ -373,8 +377,8 @@ def record_type_name(rtype: int) -> str:
         name = RecordType(rtype).name
     except ValueError:
         return f"type {rtype}"
-    for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("V_", "V."), ("SNAPSHOT_", "SNAPSHOT."),
-                           ("SEMANTIC_", "SEMANTIC."), ("FT_", "FT.")):
+    for prefix, dotted in (("KV_PREFIX_", "KV.PREFIX."), ("SSM_PREFIX_", "SSM.PREFIX."), ("V_", "V."),
+                           ("SNAPSHOT_", "SNAPSHOT."), ("SEMANTIC_", "SEMANTIC."), ("FT_", "FT.")):
         if name.startswith(prefix):
             return dotted + name[len(prefix):]
     return name

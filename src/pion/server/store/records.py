@@ -41,6 +41,12 @@ so a newer writer may add some. Schema (type byte, class, fields)::
     13 SEMANTIC.DEL        SemanticDel       cache s, ids l[i] (only ids that were present)
     14 SEMANTIC.FLUSH      SemanticFlush     cache s (one named semantic cache)
     15 SEMANTIC.FLUSHALL   SemanticFlushAll  (no fields: every semantic cache, from FLUSHALL)
+    16 SSM.PREFIX.STORE    SsmStore          ns s, layer i, state b (the opaque recurrent-state blob)
+    17 SSM.PREFIX.DROP     SsmDrop           ns s, layer i|n (n = every layer of ns)
+    18 SSM.PREFIX.EVICT    SsmEvict          namespaces l[s] (state-only namespaces evicted for room;
+                                             state with K/V sessions leaves through their
+                                             EVICT/DROP records, whose replay removes it again)
+    19 SSM.PREFIX.FLUSH    SsmFlush          (no fields: every namespace's state, from FLUSHALL)
     40 HSET                KeyHSet           key b, pairs l[b] (field, value, field, value, ...)
     41 HDEL                KeyHDel           key b, fields l[b] (only fields that were present;
                                              the attribute is ``hash_fields``)
@@ -321,6 +327,49 @@ class KeyHDel(Record):
 
     def apply(self, stores: Stores) -> None:
         stores.keyspace.hdel(self.key, list(self.hash_fields))
+
+
+# ---- SSM.PREFIX.* recurrent state ---------------------------------------------------------------
+@register
+@dataclass(slots=True)
+class SsmStore(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SSM_PREFIX_STORE
+    ns: str
+    layer: int
+    state: bytes  # the opaque recurrent-state blob
+
+    def apply(self, stores: Stores) -> None:
+        stores.ssm.restore(self.ns, self.layer, self.state)
+
+
+@register
+@dataclass(slots=True)
+class SsmDrop(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SSM_PREFIX_DROP
+    ns: str
+    layer: int | None  # None: every layer of ns (written as n, not left out)
+
+    def apply(self, stores: Stores) -> None:
+        stores.ssm.drop(self.ns, self.layer)
+
+
+@register
+@dataclass(slots=True)
+class SsmEvict(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SSM_PREFIX_EVICT
+    namespaces: Sequence[str]
+
+    def apply(self, stores: Stores) -> None:
+        stores.ssm.evict(list(self.namespaces))
+
+
+@register
+@dataclass(slots=True)
+class SsmFlush(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SSM_PREFIX_FLUSH
+
+    def apply(self, stores: Stores) -> None:
+        stores.ssm.flush()
 
 
 # ---- FT.* search indexes ------------------------------------------------------------------------

@@ -116,6 +116,13 @@ class VStore:
         self._bytes = 0
         self.total_fetches = 0
         self.evicted_sessions = 0
+        # Companion state of a prefix (SSM.PREFIX.*): told when a side of <ns> goes, and asked
+        # how many bytes leave with <ns>'s group when planning an eviction.
+        self.on_prefix_removed: list[Callable[[Namespace], None]] = []
+        self.group_extra_bytes: Callable[[Namespace], int] = lambda ns: 0
+        # Other eviction groups sharing the budget (state-only SSM namespaces): asked, when the
+        # sessions do not free enough, to plan ``need`` bytes; returns (bytes, evict-them callback).
+        self.plan_extra_room: Callable[[int, tuple[SessionId, ...]], tuple[int, Callable[[], None]]] | None = None
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -360,6 +367,8 @@ class VStore:
         ns = _namespace_of(sid)
         if ns is not None:
             self._prefixes.pop(ns, None)
+            for hook in self.on_prefix_removed:
+                hook(ns)
 
     def _check_range(self, session: Session, layer: int, start_id: int, end_id: int) -> None:
         session.check_layer(layer)
@@ -403,11 +412,20 @@ class VStore:
                 planned.append(member)
                 n_sessions -= 1
                 n_bytes -= self._sessions[member].nbytes
+            group_ns = _namespace_of(sid)
+            if group_ns is not None and group:
+                n_bytes -= self.group_extra_bytes(group_ns)
         if over_slots(n_sessions):
             raise CommandError(f"max-sessions {self.max_sessions} reached and no session can be evicted")
+        evict_extra = None
+        if over_bytes(n_bytes) and self.plan_extra_room is not None:
+            freed, evict_extra = self.plan_extra_room(n_bytes + extra_bytes - self.max_bytes, protect)
+            n_bytes -= freed
         if over_bytes(n_bytes):
             raise oom_error()
         reason = "max-sessions" if over_slots(len(self._sessions)) else "maxmemory"
+        if evict_extra is not None:
+            evict_extra()
         i = 0
         while i < len(planned):  # evict pair by pair so each journal record is one group
             group = [s for s in pair_of(planned[i]) if s in planned]
