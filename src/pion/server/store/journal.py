@@ -1,12 +1,12 @@
 """The one hook through which every store logs a mutation before applying it.
 
-Every store (``VStore``, ``Keyspace``, ``SemanticCacheStore``) holds a ``journal`` and
-calls ``journal.append(record)`` exactly once per mutation, *after* validating the
-request (so a refused command logs nothing) and *before* changing any state (so the log
-is never behind what a client was told). ``record`` is one of the classes in
-``store/records.py``, which also say how each is replayed. The persistence layer
-supplies the real journal (``persist/binding.WalJournal``); ``NullJournal`` — what a
-store starts with, and what recovery replays into — does nothing.
+Every store (``VStore``, ``Keyspace``, ``SemanticCacheStore``, ``SearchStore``,
+``SsmStateStore``) holds a ``journal`` and calls ``journal.append(record)`` exactly once
+per mutation, *after* validating the request (so a refused command logs nothing) and
+*before* changing any state (so the log is never behind what a client was told).
+``record`` is one of the classes in ``store/records.py``, which also say how each is
+replayed. The persistence layer supplies the real journal (``persist/binding.WalJournal``);
+``NullJournal`` — what a store starts with, and what recovery replays into — does nothing.
 """
 
 from __future__ import annotations
