@@ -4,7 +4,8 @@ No process-global singletons: one ``ServerState`` per worker process, built once
 ``pion.server.state.build_state`` and passed down. Its attributes are the worker's
 parts, each typed, in the order they are built:
 
-  ``stores``   the V-store, keyspace and semantic cache (``store/stores.py``)
+  ``stores``   the V-store, keyspace, semantic cache, FT.* indexes and SSM state
+               (``store/stores.py``)
   ``receipt``  PION.STATS counters (``receipt.py``)
   ``embedder`` the server-side MiniLM for AI.EMBED / AI.SEMANTIC_CACHE (loaded on first use)
   ``persist``  WAL + snapshots + recovery (``persist/manager.py``)
