@@ -68,8 +68,9 @@ def test_field_order_on_disk_is_the_declaration_order() -> None:
     assert list(SemanticSet("c", "s", "t", b"r", VEC, 0, 0, None, 1).fields())[-1] == "id"  # no next_id
 
 
-def test_an_ssm_drop_of_every_layer_writes_its_layer_as_none() -> None:
+def test_an_ssm_drop_of_every_layer_writes_its_layer_as_none_and_reads_a_missing_one_as_none() -> None:
     assert EXAMPLES[SsmDrop].fields() == {"ns": "ns", "layer": None}
+    assert decode_record(RecordType.SSM_PREFIX_DROP, {"ns": "a"}) == SsmDrop("a", None)
 
 
 def test_the_hdel_record_keeps_its_on_disk_field_name() -> None:

@@ -347,7 +347,7 @@ class SsmStore(Record):
 class SsmDrop(Record):
     TYPE: ClassVar[RecordType] = RecordType.SSM_PREFIX_DROP
     ns: str
-    layer: int | None  # None: every layer of ns (written as n, not left out)
+    layer: int | None = None  # None: every layer of ns (written as n, not left out)
 
     def apply(self, stores: Stores) -> None:
         stores.ssm.drop(self.ns, self.layer)
