@@ -32,6 +32,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.slowlog",
     "pion.server.commands.search",  # after keyspace: its SearchStore watches the hashes
     "pion.server.commands.ssm",  # after kvprefix: its setup joins the V-store's budget and eviction
+    "pion.server.commands.attend",
     # Last: its setup() recovers the stores created above before clients are accepted.
     "pion.server.commands.persist",
 )

@@ -40,7 +40,9 @@ def vstore_of(state: ServerState) -> VStore:
     if store is None:
         def keyspace_bytes() -> int:
             keyspace = state.components.get("keyspace")
-            return 0 if keyspace is None else int(keyspace.used_bytes)
+            attend = state.components.get("attend")  # ATTEND warm slots share --maxmemory
+            return ((0 if keyspace is None else int(keyspace.used_bytes))
+                    + (0 if attend is None else int(attend.nbytes)))
 
         store = VStore(max_sessions=state.config.max_sessions, max_bytes=state.config.maxmemory,
                        external_bytes=keyspace_bytes)
