@@ -220,6 +220,18 @@ def attend_info_fields(state: ServerState) -> list[tuple[str, int]]:
             ("sdpa_rehydrates", slots.rehydrates)]
 
 
+def setup(state: ServerState) -> None:
+    from pion.server.binary_lane import start_binary_lane
+
+    start_binary_lane(state)
+
+
+async def shutdown(state: ServerState) -> None:
+    lane = state.components.get("binary_lane")
+    if lane is not None:
+        await lane.close()
+
+
 def flushall(state: ServerState) -> None:
     slots = state.components.get("attend")
     if slots is not None:
@@ -227,11 +239,13 @@ def flushall(state: ServerState) -> None:
 
 
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
-    return {"Memory": [("attend_bytes", attend_bytes(state))]}
+    lane = state.components.get("binary_lane")
+    return {"Memory": [("attend_bytes", attend_bytes(state))],
+            "Server": [("binary_port", 0 if lane is None else lane.port)]}
 
 
 _R = frozenset({"readonly"})
-_S = frozenset()  # derived data, not logged: no "write" flag, so no WAL barrier
+_S: frozenset[str] = frozenset()  # derived data, not logged: no "write" flag, so no WAL barrier
 COMMANDS: list[CommandSpec] = [
     CommandSpec("ATTEND.PREFIX.STORE", -8, cmd_attend_store, _S, "hold a layer's prefix K/V for queries"),
     CommandSpec("ATTEND.PREFIX.LOOKUP", 3, cmd_attend_lookup, _R, "is a layer warm? (+HIT/+COLD/+MISS)"),
