@@ -141,3 +141,14 @@ def test_make_pion_prompt_cache_refuses_a_stage1_prompt_cache(tiny: Any, shared_
     with PionPromptCache(tiny, vquant="fp32", port=shared_pion_server.port) as pc:
         with pytest.raises(ValueError, match="stage2=True"):
             make_pion_prompt_cache(tiny, "x", pc, 4)
+
+
+def test_with_no_server_stage2_prefills_locally_and_attends_in_process(tiny: Any) -> None:
+    from support.procs import free_port
+
+    want = dense_suffix_logits(tiny)
+    with PionPromptCache(tiny, vquant="fp32", port=free_port(), stage2=True) as pc:
+        assert pc.local_only is True
+        cache = pc.get_or_prefill(PREFIX, namespace="tiny-local")
+        assert max_err(logits(tiny, SUFFIX, cache), want) < 1e-4
+        assert (pc.stats()["misses"], pc.stage2.counters.wire_calls) == (1, 0)

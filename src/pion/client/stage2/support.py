@@ -28,7 +28,9 @@ from pion.client.stage2.binary_client import BinaryLaneClient, BinaryLaneError
 from pion.client.stage2.lanes import InprocLane, Stage2Counters, WireLane
 from pion.client.stage2.layer import PrefixLane, make_remote_cache
 from pion.client.stage2.patch import select_pion_attention
-from pion.client.stage2.wire import attend_sid, lookup_layers, query_fused, store_layer, warm
+from pion.client.stage2.wire import (
+    attend_sid, lookup_layers, query_fused, query_sparse_auto_fused, store_layer, warm,
+)
 
 if TYPE_CHECKING:
     from pion.client.prompt_cache import PionPromptCache
@@ -56,6 +58,9 @@ class Stage2Support:
         self._binary: BinaryLaneClient | None = None
         self._binary_port = binary_port
         self._binary_tried = False
+        # (B, K_top): wire lanes use QUERY_SPARSE_AUTO_FUSED (server-picked prefix blocks) over RESP
+        self.sparse_auto: tuple[int, int] | None = None
+        self._not_pushed: set[str] = set()  # prefixes only this process holds (server down / push failed)
 
     @property
     def inproc_enabled(self) -> bool:
@@ -69,6 +74,7 @@ class Stage2Support:
             try:
                 if pc.client.kv_prefix_lookup(ns):
                     self.ensure_warm(ns)
+                    self._not_pushed.discard(ns)
                     pc._stats.hits += 1
                     return self.make_cache(ns, len(ids))
             except (redis.RedisError, ValueError) as exc:
@@ -76,10 +82,13 @@ class Stage2Support:
                 pc._stats.fallbacks += 1
         pc._stats.misses += 1
         cache, prefill_ms = pc._timed_prefill(ids)
-        self._keep_inproc(ns, cache, len(ids))
-        if pc.client is not None and pc._store(ns, ids, cache, prefill_ms):
-            self.push(ns, cache, len(ids))
-        return self.make_cache(ns, len(ids), force_inproc=pc.client is None)
+        pushed = pc.client is not None and pc._store(ns, ids, cache, prefill_ms) and self.push(ns, cache, len(ids))
+        if pushed and not self.inproc_enabled:
+            return self.make_cache(ns, len(ids))
+        self._keep_inproc(ns, cache, len(ids))  # the in-process lane; the only one when the push failed
+        if not pushed:
+            self._not_pushed.add(ns)
+        return self.make_cache(ns, len(ids), force_inproc=not pushed)
 
     def attend_warm(self, ns: str) -> bool:
         """True when every layer's ATTEND side is warm on the server."""
@@ -125,7 +134,8 @@ class Stage2Support:
 
     def _lane_for(self, ns: str, prefix_len: int, force_inproc: bool) -> PrefixLane:
         held = self._inproc.get(ns)
-        if held is not None and (self.inproc_enabled or force_inproc or self.pc.client is None):
+        must_stay_local = force_inproc or self.pc.client is None or ns in self._not_pushed
+        if held is not None and (self.inproc_enabled or must_stay_local):
             if held[0][0].shape[1] != prefix_len:
                 raise ValueError(f"prefix {ns} holds {held[0][0].shape[1]} tokens, not {prefix_len}")
             self._inproc.move_to_end(ns)
@@ -133,15 +143,20 @@ class Stage2Support:
         if self.pc.client is None:
             raise ValueError(f"prefix {ns} is not held in this process and pion-server is unreachable")
         sid = attend_sid(ns)
-        binary = self._binary_client() if self.lane in ("auto", "binary") else None
-        if binary is not None:
+        binary = self._binary_client() if self.lane in ("auto", "binary") and self.sparse_auto is None else None
+        if self.sparse_auto is not None:
+            conn, (block, k_top) = self.pc.client.redis, self.sparse_auto
+
+            def query(layer: int, q: Any, k: Any, v: Any) -> bytes:
+                return query_sparse_auto_fused(conn, sid, layer, q, k, v, block, k_top)
+        elif binary is not None:
             def query(layer: int, q: Any, k: Any, v: Any) -> bytes:
                 return binary.query_fused(sid, layer, q, k, v)
         else:
-            conn = self.pc.client.redis
+            resp = self.pc.client.redis
 
             def query(layer: int, q: Any, k: Any, v: Any) -> bytes:
-                return query_fused(conn, sid, layer, q, k, v)
+                return query_fused(resp, sid, layer, q, k, v)
         return WireLane(sid, query, lambda: self.rehydrate(ns), self.counters)
 
     def _binary_client(self) -> BinaryLaneClient | None:

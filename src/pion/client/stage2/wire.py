@@ -62,3 +62,18 @@ def query_fused(conn: Any, sid: str, layer: int, q: np.ndarray, k_loc: np.ndarra
         if is_coldmiss(exc):
             raise ColdMissError(str(exc)) from exc
         raise
+
+
+def query_sparse_auto_fused(conn: Any, sid: str, layer: int, q: np.ndarray, k_loc: np.ndarray, v_loc: np.ndarray,
+                            block: int, k_top: int) -> bytes:
+    """``ATTEND.PREFIX.QUERY_SPARSE_AUTO_FUSED`` (server-picked prefix blocks + dense suffix); ColdMissError."""
+    h_q, _, d = q.shape
+    h_kv, s, _ = k_loc.shape
+    try:
+        return conn.execute_command(  # type: ignore[no-any-return]
+            "ATTEND.PREFIX.QUERY_SPARSE_AUTO_FUSED", sid, layer, h_q, d, block, k_top, h_kv, s, q.data.cast("B"),
+            k_loc.data.cast("B"), v_loc.data.cast("B"), b"")
+    except redis.ResponseError as exc:
+        if is_coldmiss(exc):
+            raise ColdMissError(str(exc)) from exc
+        raise
