@@ -263,3 +263,20 @@ def test_warm_slots_count_against_maxmemory(tmp_path: Path) -> None:
             assert r.info("memory")["attend_bytes"] == 3 * slot_bytes
     finally:
         server.stop()
+
+
+def test_warm_that_cannot_fit_maxmemory_is_refused_before_any_layer_changes(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data", "--maxmemory", str(200_000))
+    try:
+        with server.client() as r:
+            k = rand(2, 300, D)
+            assert r.execute_command("KV.PREFIX.REGISTER", "wbig", 2 * D, "fp16", "LAYERS", 2) == b"OK"
+            rows = np.ascontiguousarray(k.transpose(1, 0, 2).reshape(300, 2 * D))
+            for side in ("_pk", "_pv"):
+                for layer in (0, 1):
+                    r.execute_command("V.STOREBATCH", "wbig" + side, layer, 0, rows.tobytes(), "DTYPE", "f32")
+            assert "maxmemory" in err(r, "KV.PREFIX.WARM", "wbig", 2, D)
+            assert [r.execute_command("ATTEND.PREFIX.LOOKUP", "wbig", layer) for layer in (0, 1)] == [b"MISS", b"MISS"]
+            assert info(r)["sdpa_warm"] == 0
+    finally:
+        server.stop()

@@ -220,6 +220,7 @@ def cmd_kvprefix_warm(ctx: CommandContext, args: list[bytes]) -> object:
                     if k_side.rows_in(layer) and k_side.rows_in(layer) == v_side.rows_in(layer))
     if k_side.kv_dim != h * d:
         return SimpleString(f"0 skipped_dim={len(layers)}")
+    slots.check_fits(sum(2 * 4 * k_side.kv_dim * k_side.rows_in(layer) for layer in layers))
     for layer in layers:
         n = k_side.rows_in(layer)
         sides = []

@@ -131,6 +131,15 @@ class AttendSlots:
         self._warm[key] = slot
         self.nbytes += slot.nbytes
 
+    def check_fits(self, new_bytes: int) -> None:
+        """Raise CommandError(OOM) unless ``new_bytes`` of new slots fit the budget with every slot demoted.
+
+        For multi-slot writes (KV.PREFIX.WARM), so they are refused before the first slot changes.
+        """
+        budget = self.free_bytes()
+        if budget is not None and new_bytes > budget:
+            raise CommandError("command not allowed when used memory > 'maxmemory'.", code="OOM")
+
     def cold_entry(self, key: SlotKey) -> ColdEntry | None:
         return self._cold.get(key)
 
