@@ -280,3 +280,20 @@ def test_warm_that_cannot_fit_maxmemory_is_refused_before_any_layer_changes(tmp_
             assert info(r)["sdpa_warm"] == 0
     finally:
         server.stop()
+
+
+def _maps_torch(pid: int) -> bool:
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+def test_torch_is_loaded_only_by_the_first_attend_command(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data")
+    try:
+        with server.client() as r:
+            r.execute_command("KV.PREFIX.INFO")
+            assert _maps_torch(server.proc.pid) is False
+            assert r.execute_command("ATTEND.PREFIX.LOOKUP", "x", 0) == b"MISS"
+            assert _maps_torch(server.proc.pid) is True
+    finally:
+        server.stop()
