@@ -257,8 +257,7 @@ def bench_decode(model: Any, tok: Any, port: int, n_prefix: int, n_tokens: int) 
 
 
 NEEDLE = "Important: the secret pass code is {code}. Remember it. "
-NIAH_QUESTION = ("<|im_start|>user\nWhat is the secret pass code?<|im_end|>\n<|im_start|>assistant\n"
-                 "The secret pass code is")
+NIAH_QUESTION = " Now recall it. Important: the secret pass code is"
 
 
 def bench_niah(model: Any, tok: Any, port: int, n_tokens: int, n_probes: int, block: int, k_top: int) -> None:
