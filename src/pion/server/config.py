@@ -114,7 +114,7 @@ OPTIONS: list[Option] = [
            switch="yes"),
     Option(("--binary-port",), "binary_port", parse_int(-1, 65535),
            "binary fast lane for ATTEND.PREFIX queries (default: port + 1; 0 = off)"),
-    Option(("--attention-threads",), "attention_threads", _int(0, 1024),
+    Option(("--attention-threads",), "attention_threads", parse_int(0, 1024),
            "torch threads for ATTEND kernels (default 1: no spin-wait against clients; 0 = torch default)"),
 ]
 
