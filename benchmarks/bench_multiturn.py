@@ -49,6 +49,7 @@ MODES = {
     "pion-int8": "(a8) pion-server, int8 segments",
     "no-pion": "(b) --no-pion (in-process)",
     "no-reuse": "(c) prefix reuse off",
+    "stage2": "(d) pion-server --stage2 (attention in pion-server)",
 }
 
 _POLICY_TOPICS = ["refunds", "shipping", "passwords", "invoices", "data privacy", "warranty", "returns",
@@ -157,12 +158,14 @@ class Conversations:
 def start_mode(mode: str, threads: int, work: Path, stack: ExitStack) -> str:
     """Start pion-llm (and for mode "pion" its pion-server) for one mode; returns the base URL."""
     llm_args = ["--threads", str(threads)]
-    if mode in ("pion", "pion-int8"):
+    if mode in ("pion", "pion-int8", "stage2"):
         server = start_server(work / f"{mode}-data")
         stack.callback(server.stop)
         llm_args += ["--pion-port", str(server.port)]
         if mode == "pion-int8":
             llm_args += ["--vquant", "int8"]
+        if mode == "stage2":
+            llm_args += ["--stage2"]
     elif mode == "no-pion":
         llm_args += ["--no-pion"]
     else:

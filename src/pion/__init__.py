@@ -19,6 +19,8 @@ _LAZY_EXPORTS = {
     "load_model": "pion.client.runtimes.transformers_runtime",
     "generate": "pion.client.runtimes.transformers_runtime",
     "stream_generate": "pion.client.runtimes.transformers_runtime",
+    "install_pion_attention_patch": "pion.client.stage2",
+    "make_pion_prompt_cache": "pion.client.stage2",
 }
 
 __all__ = ["__version__", *_LAZY_EXPORTS]

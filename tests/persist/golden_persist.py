@@ -35,6 +35,7 @@ import numpy as np
 from pion.server.persist import PersistOptions, Persistence
 from pion.server.search.store import SearchStore
 from pion.server.semantic.cache import SemanticCacheStore
+from pion.server.store.attend_slots import AttendSlots
 from pion.server.store.keyspace import Keyspace
 from pion.server.store.ssm import SsmStateStore
 from pion.server.store.stores import Stores
@@ -62,7 +63,8 @@ def fixed_stores() -> Stores:
     """The stores with fixed parameters (a fixed clock for the semantic cache)."""
     keyspace = Keyspace()
     return Stores(VStore(max_sessions=MAX_SESSIONS, max_bytes=0), keyspace,
-                  SemanticCacheStore(clock=lambda: SEMANTIC_NOW_S), SearchStore(keyspace), SsmStateStore())
+                  SemanticCacheStore(clock=lambda: SEMANTIC_NOW_S), SearchStore(keyspace), SsmStateStore(),
+                  AttendSlots())
 
 
 def mutate(s: Stores) -> None:

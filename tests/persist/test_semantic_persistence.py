@@ -16,6 +16,7 @@ from pion.server.persist.binding import make_sink, snapshot_fields
 from pion.server.persist.records import HEADER_SIZE, RecordType, decode_fields, frame_bytes
 from pion.server.search.store import SearchStore
 from pion.server.semantic.cache import SemanticCacheStore
+from pion.server.store.attend_slots import AttendSlots
 from pion.server.store.keyspace import Keyspace
 from pion.server.store.records import Record, SemanticDel, SemanticSet
 from pion.server.store.ssm import SsmStateStore
@@ -202,11 +203,12 @@ def test_snapshot_records_rebuild_an_equal_store_without_the_model() -> None:
     assert (first.expire_at_ms, first.id, deleted.ids) == (1_005_000, a, [b])
 
     keyspace = Keyspace()
-    stores = Stores(VStore(), keyspace, store, SearchStore(keyspace), SsmStateStore())
+    stores = Stores(VStore(), keyspace, store, SearchStore(keyspace), SsmStateStore(), AttendSlots())
     records = [frame_bytes(rtype, 0, fields) for rtype, fields in snapshot_fields(stores)]
     copy = SemanticCacheStore(clock=lambda: 1000.0)
     copy_keyspace = Keyspace()
-    sink = make_sink(Stores(VStore(), copy_keyspace, copy, SearchStore(copy_keyspace), SsmStateStore()))
+    sink = make_sink(Stores(VStore(), copy_keyspace, copy, SearchStore(copy_keyspace), SsmStateStore(),
+                            AttendSlots()))
     for raw in records:
         sink(raw[5], decode_fields(raw[HEADER_SIZE:-4]))
     assert [raw[5] for raw in records] == [RecordType.SEMANTIC_SET]

@@ -206,6 +206,8 @@ def test_save_refuses_bad_paths_and_arguments(tmp_path: Path) -> None:
             r.execute_command("KV.PREFIX.SAVE", "../outside")
         with pytest.raises(redis.ResponseError, match="at most one path"):
             r.execute_command("KV.PREFIX.SAVE", "a", "b")
+        with pytest.raises(redis.ResponseError, match="contains a NUL byte"):
+            r.execute_command("KV.PREFIX.SAVE", b"a\x00b")
         with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
             r.execute_command("SAVE", "x")
         assert r.execute_command("KV.PREFIX.SAVE", "backup.snap") == b"OK"

@@ -39,7 +39,7 @@ def contents(store: SsmStateStore) -> dict[str, dict[int, bytes]]:
 def stores_with(store: SsmStateStore) -> Stores:
     """Empty stores around ``store`` (the recovery sink and the snapshot walk take them all)."""
     stores = Stores.make()
-    return Stores(stores.vstore, stores.keyspace, stores.semantic, stores.search, store)
+    return Stores(stores.vstore, stores.keyspace, stores.semantic, stores.search, store, stores.attend)
 
 
 def applied(n: int) -> dict[str, dict[int, bytes]]:

@@ -25,7 +25,7 @@ VOCABULARY = [
     b"SCHEMA", b"TOKENS", b"PREFILL_MS", b"BLOCKS", b"LAYERS", b"RESET", b"ID", b"LIST",
     b"SETNAME", b"GETNAME", b"SETINFO", b"LIB-NAME", b"INFO", b"DOCS", b"*", b"SET", b"DEL",
     b"FLUSH", b"THRESHOLD", b"VECTOR", b"TTL", b"META", b"default",
-    b"fz:k1", b"fz:k2", b"fzs", b"fzns", b"fzns_pk", b"fzns_pv", b"fzssm",
+    b"fz:k1", b"fz:k2", b"fzs", b"fzns", b"fzns_pk", b"fzns_pv", b"fzssm", b"fzattn",
 ]
 ARG = st.one_of(
     st.sampled_from(VOCABULARY),
@@ -85,6 +85,8 @@ def seed_commands(names: set[str]) -> list[tuple[Any, ...]]:
     if "SSM.PREFIX.STORE" in names:  # a hybrid prefix's state and a state-only namespace
         seed.append(("SSM.PREFIX.STORE", "fzns", "0", b"state0"))
         seed.append(("SSM.PREFIX.STORE", "fzssm", "1", b"state1"))
+    if "ATTEND.PREFIX.STORE" in names:
+        seed.append(("ATTEND.PREFIX.STORE", "fzattn", "0", "1", "2", "4", bytes(32), bytes(32)))
     return seed
 
 

@@ -43,6 +43,7 @@ ENV_SAMPLES: dict[str, tuple[str, object]] = {
     "slowlog_log_slower_than_us": ("-1", -1), "slowlog_max_len": ("5", 5),
     "embed_threads": ("2", 2), "hz": ("50", 50), "appendfsync": ("always", "always"),
     "wal_max_bytes": ("300kb", 300 * 1024), "wal_repair": ("yes", True),
+    "binary_port": ("0", 0), "attention_threads": ("2", 2),
 }
 
 

@@ -81,12 +81,17 @@ class PionPromptCache:
         materialize: False (default) returns a cache whose layers are zero-copy fp16/fp32 views of
             the reply; the first forward converts them to the model dtype as it appends the suffix.
             True converts up front into contiguous model-dtype tensors (one more pass over the prefix).
+        stage2: also keep the prefix attendable in pion-server (ATTEND.PREFIX.STORE per layer);
+            ``get_or_prefill`` then returns a stage-2 cache (``pion.client.stage2``) instead of
+            restoring K/V. ``stage2_lane``: ``"auto"`` (in-process → binary → RESP), ``"binary"``,
+            ``"resp"``.
     """
 
     def __init__(self, model: Any, vquant: str = "fp16", boundary_protect: int = 0, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, password: str | None = None, client: PionClient | None = None, *,
                  tokenizer: Any | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 restore_dtype: RestoreDtype = "auto", materialize: bool = False) -> None:
+                 restore_dtype: RestoreDtype = "auto", materialize: bool = False, stage2: bool = False,
+                 stage2_lane: str = "auto") -> None:
         self.model = model
         self.vquant = vquant
         self.boundary_protect = int(boundary_protect)
@@ -115,6 +120,7 @@ class PionPromptCache:
             self.client = None
         self._transport = (PrefixTransport(self.client, self.shape, self.formats, restore_dtype)
                            if self.client is not None else None)
+        self.stage2 = _make_stage2(self, stage2_lane) if stage2 else None
 
     # ---- namespaces -------------------------------------------------------------------------
 
@@ -149,7 +155,9 @@ class PionPromptCache:
         if self.client is None:
             return False
         try:
-            return bool(self.client.kv_prefix_lookup(namespace))
+            hit = bool(self.client.kv_prefix_lookup(namespace))
+            # stage 2: a V-store HIT with a cold ATTEND side is not a hit (the push must not be skipped)
+            return hit and (self.stage2 is None or self.stage2.attend_warm(str(namespace)))
         except redis.RedisError as exc:
             logger.warning("KV.PREFIX.LOOKUP %s failed: %s", namespace, exc)
             return False
@@ -164,6 +172,8 @@ class PionPromptCache:
         if not ids:
             raise ValueError("prefix_ids is empty")
         ns = namespace if namespace is not None else self.namespace_for(ids)
+        if self.stage2 is not None:
+            return self.stage2.get_or_prefill(ids, str(ns))
         if self.client is None:
             self._stats.misses += 1
             return self._prefill(ids)
@@ -274,10 +284,18 @@ class PionPromptCache:
                 "fetch_ms_total": s.fetch_ms_total, "store_ms_total": s.store_ms_total,
                 "prefill_ms_total": s.prefill_ms_total, "bytes_fetched": s.bytes_fetched,
                 "bytes_stored": s.bytes_stored, "fallbacks": s.fallbacks, "store_failures": s.store_failures,
-                "local_only": self.local_only, "last_restore_ms": dict(s.last_restore_ms)}
+                "local_only": self.local_only, "last_restore_ms": dict(s.last_restore_ms),
+                "cold_rehydrates_observed": self.cold_rehydrates_observed}
+
+    @property
+    def cold_rehydrates_observed(self) -> int:
+        """Stage 2: queries that met -COLDMISS / STATUS_COLDMISS and were retried after KV.PREFIX.WARM."""
+        return 0 if self.stage2 is None else self.stage2.counters.cold_rehydrates_observed
 
     def close(self) -> None:
         """Close the connection if this cache opened it."""
+        if self.stage2 is not None:
+            self.stage2.close()
         if self.client is not None and self._owns_client:
             self.client.close()
         self.client = None
@@ -288,3 +306,9 @@ class PionPromptCache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _make_stage2(pc: PionPromptCache, lane: str) -> Any:
+    from pion.client.stage2.support import Stage2Support  # transformers hooks load only for stage 2
+
+    return Stage2Support(pc, lane)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 ERROR_CODES = frozenset(
     {"ERR", "WRONGTYPE", "NOAUTH", "NOPERM", "OOM", "LOADING", "READONLY", "BUSY", "MISCONF",
-     "WRONGPASS", "NOPROTO", "EXECABORT"}
+     "WRONGPASS", "NOPROTO", "EXECABORT",
+     "COLDMISS"}  # ATTEND.PREFIX.* on a demoted entry: rehydrate with KV.PREFIX.WARM, then retry
 )
 
 MAX_ECHO_CHARS = 128

@@ -39,6 +39,7 @@ class LlmConfig:
     pion_budget_gb: float | None = None
     no_pion: bool = False
     no_prefix_cache: bool = False
+    stage2: bool = False  # restored segments attended in pion-server (ATTEND.PREFIX.*) instead of fetched
     max_queue: int = 16
     threads: int | None = None  # None: half the usable CPUs (pion.llm.main.torch_threads); 0: torch's default
     device: str | None = None
@@ -99,6 +100,8 @@ OPTIONS: list[Option] = [
     _opt(("--no-pion",), "no_pion", parse_bool, "keep segments in this process only (no pion-server)", "yes"),
     _opt(("--no-prefix-cache",), "no_prefix_cache", parse_bool,
          "switch prefix reuse off: every request prefills its whole prompt", "yes"),
+    _opt(("--stage2",), "stage2", parse_bool,
+         "attend restored segments inside pion-server (ATTEND.PREFIX.*) instead of fetching their K/V", "yes"),
     _opt(("--max-queue",), "max_queue", parse_int(0),
          "requests that may wait behind the running one; more get HTTP 429 (default 16)"),
     _opt(("--threads",), "threads", parse_int(0),
@@ -123,4 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> LlmConfig:
     """Flags over ``PION_LLM_*`` environment over defaults; raises ConfigError naming the key and value."""
-    return LlmConfig(**load_options("pion-llm", DESCRIPTION, OPTIONS, argv, env))
+    config = LlmConfig(**load_options("pion-llm", DESCRIPTION, OPTIONS, argv, env))
+    if config.stage2 and (config.no_pion or config.no_prefix_cache):
+        raise ConfigError("--stage2: needs pion-server, so not with --no-pion or --no-prefix-cache")
+    return config

@@ -33,6 +33,9 @@ from pion.llm.segments import (
     root_namespace,
     segment_from_cache,
 )
+from pion.client.stage2.layer import make_remote_cache
+from pion.client.stage2.patch import select_pion_attention
+from pion.llm.stage2 import RemoteChain, Stage2Restore
 from pion.llm.stores import SegmentStore
 
 logger = logging.getLogger("pion.llm")
@@ -53,11 +56,12 @@ class Generation:
     """One request's decoding state; driven step by step by the model worker."""
 
     def __init__(self, engine: Engine, plan: PromptPlan, links: list[ChainLink], restored: list[SegmentKV],
-                 params: SamplingParams, started: float) -> None:
+                 params: SamplingParams, started: float, remote: RemoteChain | None = None) -> None:
         self.engine = engine
         self.plan = plan
         self.links = links
-        self.cached_tokens = sum(s.n_tokens for s in restored)
+        self.cached_tokens = remote.n_tokens if remote is not None else sum(s.n_tokens for s in restored)
+        self._local_offset = 0 if remote is None else remote.n_tokens  # a stage-2 cache holds local tokens only
         self.prompt_tokens = plan.n_tokens
         self.params = params
         self.started = started
@@ -65,8 +69,9 @@ class Generation:
         self.finish_reason: str | None = None
         self.first_token_ms: float | None = None
         self._new_rows: list[tuple[ChainLink, SegmentKV]] = []
-        self._restored = len(restored)
-        cache = cache_from_segments(engine.model, restored)
+        self._restored = remote.n_links if remote is not None else len(restored)
+        cache = (make_remote_cache(engine.model.config, remote.n_tokens, remote.lane) if remote is not None
+                 else cache_from_segments(engine.model, restored))
         self._cache = cache
         self.restore_ms = (time.perf_counter() - started) * 1000.0  # fetch + decode + cache build
         self._steps: Generator[GenerationStep, None, None] = generate_steps(  # type: ignore[assignment]
@@ -100,7 +105,8 @@ class Generation:
             return
         uncached = self.plan.n_tokens - self.cached_tokens
         for link in new_links:
-            rows = segment_from_cache(cache, link.start, link.start + link.n_tokens)
+            start = link.start - self._local_offset
+            rows = segment_from_cache(cache, start, start + link.n_tokens)
             rows.prefill_ms = prefill_ms * link.n_tokens / max(1, uncached)
             self._new_rows.append((link, rows))
 
@@ -121,7 +127,7 @@ class Engine:
 
     def __init__(self, model: Any, tokenizer: Any, model_name: str, store: SegmentStore | None,
                  vquant: str = "fp16", budget_bytes: int | None = None,
-                 generation_defaults: GenerationDefaults | None = None) -> None:
+                 generation_defaults: GenerationDefaults | None = None, stage2: Stage2Restore | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name
@@ -133,6 +139,9 @@ class Engine:
         self.prefill_ms_by_ns: dict[str, float] = {}
         # What a request that omits temperature / top_p gets (pion.llm.defaults).
         self.generation_defaults = generation_defaults or GenerationDefaults()
+        self.stage2 = stage2  # --stage2: restored segments are attended in pion-server
+        if stage2 is not None:
+            select_pion_attention(model)
 
     @property
     def reuse_enabled(self) -> bool:
@@ -143,6 +152,14 @@ class Engine:
         started = time.perf_counter()
         links = chain_links(self.root, plan) if self.store is not None else []
         restored: list[SegmentKV] = []
+        if self.stage2 is not None and self.store is not None and links:
+            remote = self.stage2.restore(links)
+            n_links = remote.n_links if remote is not None else 0
+            self.store.credit(links[:n_links] or links[:1], remote.n_tokens if remote is not None else 0, None)
+            if remote is not None:
+                self.budget.touch_chain([(link.namespace, link.parent, self._segment_bytes(link))
+                                         for link in links[:n_links]])
+            return Generation(self, plan, links, [], params, started, remote)
         if self.store is not None and links:
             restored = self.store.fetch_chain(links)
             n_restored = sum(s.n_tokens for s in restored)

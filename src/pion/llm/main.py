@@ -74,8 +74,13 @@ def make_engine(config: LlmConfig) -> Engine:
     budget = config.budget_bytes
     logger.info("prefix cache: %s%s", config.cache_mode,
                 f", budget {budget / 1024**3:.3f} GiB" if budget is not None and store is not None else "")
+    stage2 = None
+    if config.stage2 and isinstance(store, PionSegmentStore):
+        from pion.llm.stage2 import Stage2Restore
+
+        stage2 = Stage2Restore(store.redis_client, ModelShape.of(model))
     return Engine(model, tokenizer, config.model, store, config.vquant, budget if store is not None else None,
-                  generation_defaults=defaults)
+                  generation_defaults=defaults, stage2=stage2)
 
 
 def _segments_supported(model: Any) -> bool:

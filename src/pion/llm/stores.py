@@ -158,6 +158,11 @@ class PionSegmentStore:
             self._prefix_transport = PrefixTransport(conn, self.shape, self.formats)
         return self._prefix_transport
 
+    def redis_client(self) -> Any | None:
+        """The redis-py client for stage 2's ATTEND commands (None while the server is down)."""
+        conn = self._conn()
+        return None if conn is None else conn.redis
+
     # -- SegmentStore ----------------------------------------------------------------------------
 
     def fetch_chain(self, links: Sequence[ChainLink]) -> list[SegmentKV]:

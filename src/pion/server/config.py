@@ -56,6 +56,8 @@ class ServerConfig:
     appendfsync: str = "everysec"  # WAL fsync policy: always | everysec | no (Redis semantics)
     wal_max_bytes: int = 1024**3  # a background snapshot starts when the WAL passes this
     wal_repair: bool = False  # cut a damaged WAL at the damage instead of refusing to start
+    binary_port: int = -1  # ATTEND binary fast lane: -1 = port + 1, 0 = off
+    attention_threads: int = 1  # torch intra-op threads for ATTEND kernels (0 = torch's default)
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -110,6 +112,10 @@ OPTIONS: list[Option] = [
     Option(("--wal-repair",), "wal_repair", parse_bool,
            "at start-up, cut a damaged WAL at the damage (logging what is lost) instead of refusing",
            switch="yes"),
+    Option(("--binary-port",), "binary_port", parse_int(-1, 65535),
+           "binary fast lane for ATTEND.PREFIX queries (default: port + 1; 0 = off)"),
+    Option(("--attention-threads",), "attention_threads", parse_int(0, 1024),
+           "torch threads for ATTEND kernels (default 1: no spin-wait against clients; 0 = torch default)"),
 ]
 
 

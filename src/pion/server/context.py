@@ -11,6 +11,8 @@ parts, each typed, in the order they are built:
   ``persist``  WAL + snapshots + recovery (``persist/manager.py``)
   ``table``    the joined command table; ``dispatcher`` runs it
   ``network``  the listener and its connections (``net.py``)
+  ``binary_lane`` the ATTEND binary lane (``binary_lane.py``), opened beside the listener
+               unless ``--binary-port 0``
 
 A command family reads what it needs from these (``ctx.server.stores.keyspace``...);
 nothing is created on first use, and nothing is looked up by name.
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from pion.server.commands.table import CommandTable
     from pion.server.config import ServerConfig
     from pion.server.dispatcher import Dispatcher
+    from pion.server.binary_lane import BinaryLane
     from pion.server.net import PionServer
     from pion.server.persist.manager import Persistence
     from pion.server.receipt import Receipt
@@ -67,6 +70,7 @@ class ServerState:
     table: CommandTable
     dispatcher: Dispatcher
     network: PionServer = field(init=False)  # set by build_state: it needs the state itself
+    binary_lane: BinaryLane | None = None  # opened with the listener (main.serve)
     expiry_task: asyncio.Task[None] | None = None  # the keyspace's active expiry, once started
 
 

@@ -25,7 +25,9 @@ from pion import __version__
 from pion.common.errors import ConfigError
 from pion.common.logs import setup_logging
 from pion.common.options import exit_on_config_error
+from pion.server.binary_lane import start_binary_lane
 from pion.server.config import ServerConfig, load_config
+from pion.server.context import ServerState
 from pion.server.persist import RecoveryError
 from pion.server.state import build_state, close_state, open_state
 
@@ -53,10 +55,13 @@ async def serve(config: ServerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # The binary lane binds first (synchronously): it accepts as soon as the RESP port answers.
+    state.binary_lane = start_binary_lane(state)
     try:
         await server.start()
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.bind, config.port, exc)
+        await _close_binary_lane(state)
         close_state(state)
         return 1
     log.info("pion-server %s ready on %s:%d (pid %d, %d commands from %d families) %s",
@@ -66,9 +71,16 @@ async def serve(config: ServerConfig) -> int:
     log.info("shutdown requested: closing the listener and draining %d client(s)",
              len(server.clients))
     await server.stop()
+    await _close_binary_lane(state)
     close_state(state)
     log.info("pion-server stopped cleanly")
     return 0
+
+
+async def _close_binary_lane(state: ServerState) -> None:
+    if state.binary_lane is not None:
+        await state.binary_lane.close()
+        state.binary_lane = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

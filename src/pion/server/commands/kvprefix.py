@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from pion.common.errors import CommandError
 from pion.common.ids import k_session
+from pion.server.commands.attend import attend_info_fields
 from pion.server.commands.spec import CommandSpec
 from pion.server.commands.store_args import (
     U32_MAX, need_value, option, parse_format, parse_int, parse_ms, syntax_error, word,
@@ -152,6 +153,7 @@ def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
         ("vstore_allocated_bytes", store.allocated_bytes),
         ("vstore_evicted_sessions", store.evicted_sessions),
         *ssm_info_fields(state),
+        *attend_info_fields(state),
     ]
 
 

@@ -26,6 +26,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.slowlog",
     "pion.server.commands.search",
     "pion.server.commands.ssm",
+    "pion.server.commands.attend",
     "pion.server.commands.persist",
 )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pion.common.ids import Namespace, k_session, v_session
 from pion.server.search.store import SearchStore
 from pion.server.semantic.cache import SemanticCacheStore
+from pion.server.store.attend_slots import AttendSlots
 from pion.server.store.keyspace import Keyspace
 from pion.server.store.ssm import SsmStateStore
 from pion.server.store.vstore import VStore
@@ -21,25 +22,36 @@ from pion.server.store.vstore import VStore
 @dataclass(frozen=True, slots=True)
 class Stores:
     """The V-store (V.*, KV.PREFIX.*), the keyspace (SET/GET/HSET...), the semantic cache and
-    the FT.* indexes over the keyspace's hashes, and the SSM.PREFIX.* recurrent state."""
+    the FT.* indexes over the keyspace's hashes, the SSM.PREFIX.* recurrent state and the
+    ATTEND.PREFIX.* slot table (derived data: never logged, emptied by FLUSHALL)."""
 
     vstore: VStore
     keyspace: Keyspace
     semantic: SemanticCacheStore
     search: SearchStore
     ssm: SsmStateStore
+    attend: AttendSlots
 
     @classmethod
     def make(cls, max_sessions: int = 256, maxmemory: int = 0) -> Stores:
         """Empty stores; the V-store's ``maxmemory`` budget counts the keyspace's bytes too."""
         keyspace = Keyspace()
         ssm = SsmStateStore(max_bytes=maxmemory)
+
+        def attend_free_bytes() -> int | None:
+            # everything else under --maxmemory: V-store rows plus its external bytes (keyspace,
+            # SSM states, and these slots themselves, which are taken back out)
+            if maxmemory <= 0:
+                return None
+            return max(0, maxmemory - (vstore.nbytes + vstore.external_bytes() - attend.nbytes))
+
+        attend = AttendSlots(free_bytes=attend_free_bytes)
         vstore = VStore(max_sessions=max_sessions, max_bytes=maxmemory,
-                        external_bytes=lambda: keyspace.used_bytes + ssm.nbytes)
+                        external_bytes=lambda: keyspace.used_bytes + ssm.nbytes + attend.nbytes)
         join_ssm_to_vstore(ssm, vstore)
         # The SearchStore watches the hashes and drops every index on FLUSHALL (a keyspace
         # flush hook, so FLUSHALL logs nothing for it).
-        return cls(vstore, keyspace, SemanticCacheStore(), SearchStore(keyspace), ssm)
+        return cls(vstore, keyspace, SemanticCacheStore(), SearchStore(keyspace), ssm, attend)
 
     def make_room(self, extra_bytes: int) -> None:
         """Before the keyspace grows by ``extra_bytes``: evict least recently used V-store
@@ -49,11 +61,12 @@ class Stores:
 
     def flush_all(self) -> None:
         """FLUSHALL: every store empties itself (keyspace with its FT indexes, V-store, semantic
-        cache, SSM state: the order of their records in the WAL)."""
+        cache, SSM state: the order of their records in the WAL; then the ATTEND slots)."""
         self.keyspace.flush()
         self.vstore.flush()
         self.semantic.flush_all()
         self.ssm.flush()
+        self.attend.flush()
 
 
 def join_ssm_to_vstore(ssm: SsmStateStore, vstore: VStore) -> None:

@@ -1,0 +1,179 @@
+"""The binary fast lane: a second listener (RESP port + 1 by default) for the ATTEND commands.
+
+Framing is ``pion.common.binary_frames`` (magic 0xCA5E). No RESP parsing: a frame's fields are
+handed to the same handlers the RESP commands use, so answers and errors are identical; only
+the envelope differs. Replies are written as header + body in one scatter-gather write.
+
+Rules: the same password as the RESP port (a password-protected server answers
+``STATUS_NOAUTH`` until an AUTH frame succeeds); a frame that is not ours (bad magic/version,
+lengths that do not add up, a body over ``--client-query-buffer-limit``) gets one ERR reply and
+the connection is closed; an unknown command byte gets an ERR reply and the connection stays.
+``--binary-port`` moves it, ``0`` turns it off; a port that cannot be bound is logged and the
+server runs without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import socket
+from typing import TYPE_CHECKING, Any, cast
+
+from pion.common.binary_frames import (
+    COMMAND_NAMES, REQUEST_HEADER, STATUS_BY_CODE, STATUS_ERR, STATUS_OK, FrameError, encode_reply_header,
+    parse_request_header, split_fields,
+)
+from pion.common.errors import CommandError, arity_error
+from pion.server.commands.spec import CommandSpec
+from pion.server.context import ClientState, CommandContext
+from pion.server.resp.replies import SimpleString
+
+if TYPE_CHECKING:
+    from pion.server.context import ServerState
+
+log = logging.getLogger("pion.server.binary_lane")
+_HEADER = REQUEST_HEADER.size
+
+
+class BinaryConnection(asyncio.Protocol):
+    """One binary-lane client: frames in, handler calls, frames out (in request order)."""
+
+    def __init__(self, lane: BinaryLane) -> None:
+        self.lane = lane
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.client = ClientState(client_id=-1, authenticated=lane.password is None)
+        self.ctx = CommandContext(server=lane.state, client=self.client)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.lane.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lane.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while len(self.buf) >= _HEADER and self.transport is not None and not self.transport.is_closing():
+            try:
+                command, request_id, n_fields, body_len = parse_request_header(self.buf[:_HEADER])
+                if body_len > self.lane.max_body:
+                    raise FrameError(f"body of {body_len} bytes is over the {self.lane.max_body}-byte limit")
+            except FrameError as exc:
+                self._send(STATUS_ERR, 0, f"ERR Protocol error: {exc}".encode())
+                self.transport.close()
+                return
+            if len(self.buf) < _HEADER + body_len:
+                return
+            body = bytes(self.buf[_HEADER:_HEADER + body_len])
+            del self.buf[:_HEADER + body_len]
+            try:
+                fields = split_fields(body, n_fields)
+            except FrameError as exc:
+                self._send(STATUS_ERR, request_id, f"ERR Protocol error: {exc}".encode())
+                self.transport.close()
+                return
+            status, payload = self.lane.execute(self.ctx, command, fields)
+            self._send(status, request_id, payload)
+
+    def _send(self, status: int, request_id: int, payload: bytes | memoryview) -> None:
+        assert self.transport is not None
+        self.transport.writelines([encode_reply_header(status, request_id, memoryview(payload).nbytes), payload])
+
+
+class BinaryLane:
+    """The listener and the command map of the binary lane."""
+
+    def __init__(self, state: ServerState, specs: dict[str, CommandSpec]) -> None:
+        self.state = state
+        self.password = state.config.requirepass
+        self.max_body = state.config.client_query_buffer_limit
+        self.specs = {code: specs[name] for code, name in COMMAND_NAMES.items() if name in specs}
+        self.connections: set[BinaryConnection] = set()
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    def execute(self, ctx: CommandContext, command: int, fields: list[bytes]) -> tuple[int, bytes | memoryview]:
+        """Run one frame's command; (status, reply body)."""
+        name = COMMAND_NAMES.get(command)
+        try:
+            if name == "AUTH":
+                return self._auth(ctx, fields)
+            if not ctx.client.authenticated:
+                raise CommandError("Authentication required.", code="NOAUTH")
+            if name == "PING":
+                return STATUS_OK, b"PONG"
+            spec = self.specs.get(command)
+            if spec is None:
+                raise CommandError(f"unknown binary-lane command byte {command:#04x}")
+            n_words = len(fields) + 1
+            if (n_words != spec.arity) if spec.arity > 0 else (n_words < -spec.arity):
+                raise arity_error(spec.name)
+            return STATUS_OK, _body(spec.handler(ctx, fields))
+        except CommandError as exc:
+            return STATUS_BY_CODE.get(exc.code, STATUS_ERR), exc.wire()
+        except Exception:
+            log.exception("binary-lane command %s failed", name)
+            return STATUS_ERR, f"ERR internal error in '{name}'".encode()
+
+    def _auth(self, ctx: CommandContext, fields: list[bytes]) -> tuple[int, bytes]:
+        if len(fields) not in (1, 2):
+            raise arity_error("auth")
+        if self.password is None:
+            raise CommandError("AUTH <password> called without any password configured for the default user. "
+                               "Are you sure your configuration is correct?")
+        user_ok = len(fields) == 1 or fields[0] == b"default"
+        if not (user_ok and hmac.compare_digest(fields[-1], self.password.encode())):
+            raise CommandError("invalid username-password pair or user is disabled.", code="WRONGPASS")
+        ctx.client.authenticated = True
+        return STATUS_OK, b"OK"
+
+    def listen(self) -> None:
+        """Bind now (synchronously, so clients may connect as soon as the RESP port answers)."""
+        cfg = self.state.config
+        port = cfg.binary_port if cfg.binary_port >= 0 else (cfg.port + 1 if cfg.port else 0)
+        try:
+            sock = socket.create_server((cfg.bind, port), backlog=511, reuse_port=False)
+        except OSError as exc:
+            log.warning("binary lane: cannot listen on %s:%d (%s); running without it", cfg.bind, port, exc)
+            return
+        sock.setblocking(False)
+        self.port = int(sock.getsockname()[1])
+        loop = asyncio.get_running_loop()
+
+        async def serve() -> None:
+            self.server = await loop.create_server(lambda: BinaryConnection(self), sock=sock)
+
+        self._start = loop.create_task(serve())
+        log.info("binary lane listening on %s:%d", cfg.bind, self.port)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        if self.server is not None:
+            await self.server.wait_closed()
+
+
+def _body(result: Any) -> bytes | memoryview:
+    if isinstance(result, (bytes, memoryview)):
+        return result
+    if isinstance(result, SimpleString):
+        return result.text.encode()
+    return str(result).encode()
+
+
+def start_binary_lane(state: ServerState) -> BinaryLane | None:
+    """Open the binary lane unless ``--binary-port 0`` (``state.binary_lane``; main.serve
+    starts it beside the RESP listener and closes it after)."""
+    if state.config.binary_port == 0:
+        return None
+    lane = BinaryLane(state, state.table.specs)
+    lane.listen()
+    return lane
