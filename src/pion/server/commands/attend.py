@@ -40,15 +40,13 @@ if TYPE_CHECKING:
 
 
 def _slots(state: ServerState) -> AttendSlots:
-    """The worker's ATTEND slot table (``state.stores.attend``), torch imported on first use."""
-    global _torch_loaded
-    if not _torch_loaded:
+    """The worker's ATTEND slot table (``state.stores.attend``); torch is imported, and its
+    thread pool sized, by the first ATTEND command (a server without them never maps torch)."""
+    slots = state.stores.attend
+    if not slots.torch_loaded:
         _load_torch(state.config.attention_threads)
-        _torch_loaded = True
-    return state.stores.attend
-
-
-_torch_loaded = False
+        slots.torch_loaded = True
+    return slots
 
 
 def _load_torch(threads: int) -> None:

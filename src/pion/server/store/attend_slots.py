@@ -87,6 +87,7 @@ class AttendSlots:
         self.nbytes = 0
         self.demotions = 0
         self.rehydrates = 0
+        self.torch_loaded = False  # set by the ATTEND family once it has imported torch
 
     @property
     def n_warm(self) -> int:
