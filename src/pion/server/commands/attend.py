@@ -60,13 +60,19 @@ def slots_of(state: ServerState) -> AttendSlots:
     return slots
 
 
+MISSING_RUNTIME = "ATTEND needs torch, the [runtime] extra: pip install 'pion[runtime]'"
+
+
 def _load_torch(threads: int) -> None:
     """Import torch (first ATTEND command only) and size its thread pool.
 
     Measured on a shared 2-core box: with torch's default 2 threads an M=1 QUERY took ~30 ms
     p50 against 0.7 ms with 1 (OpenMP spin-waiting against the client process).
     """
-    import torch
+    try:
+        import torch
+    except ImportError:  # a core install: ATTEND needs the [runtime] extra
+        raise CommandError(MISSING_RUNTIME) from None
 
     if threads > 0:
         torch.set_num_threads(threads)
@@ -205,9 +211,9 @@ def cmd_attend_query_sparse_auto_fused(ctx: CommandContext, args: list[bytes]) -
 
 def cmd_kvprefix_warm(ctx: CommandContext, args: list[bytes]) -> object:
     """Rebuild every layer's slot from the V-store's ``<ns>_pk``/``<ns>_pv`` (any stored format)."""
+    slots = slots_of(ctx.server)  # first: answers -ERR naming the extra when torch is missing
     import torch
 
-    slots = slots_of(ctx.server)
     ns, h, d = word(args[0]), parse_heads(args[1]), parse_head_dim(args[2])
     if len(args) > 4:
         raise syntax_error(args[4])
