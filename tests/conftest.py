@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,11 @@ MODEL_FIXTURES = frozenset({"smollm"})
 # Packages whose tests need only the core dependencies (numpy/hiredis/uvloop/redis/ml_dtypes/
 # crc32c + the test tools): their tests that are not slow are marked ``core`` (make test-core).
 CORE_PACKAGES = frozenset({"server", "persist", "crash", "codecs", "common"})
+# ATTEND.PREFIX.* runs torch kernels (the [runtime] extra): on a core install its test modules
+# are not collected, and tests/server/test_server_core_install.py checks the -ERR it answers.
+if importlib.util.find_spec("torch") is None:
+    collect_ignore_glob = ["server/test_attend_*.py", "server/test_binary_lane.py",
+                           "server/test_fuzz_attend.py"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -63,3 +63,33 @@ def test_the_semantic_cache_works_with_client_vectors_without_the_extra(
         hit = r.execute_command("AI.SEMANTIC_CACHE", "GET", "v", "s", "q", "THRESHOLD", "0.9", "VECTOR", vec)
     assert entry == 1
     assert (hit[0], float(hit[1]), hit[2]) == (b'{"a": 1}', 1.0, 1)
+
+
+@pytest.fixture(scope="module")
+def server_without_torch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = None
+    if importlib.util.find_spec("torch") is not None:
+        root = tmp_path_factory.mktemp("shadow-torch")
+        (root / "torch").mkdir()
+        (root / "torch" / "__init__.py").write_text('raise ImportError("No module named torch")\n')
+        env = {"PYTHONPATH": os.pathsep.join([str(root), *sys.path[1:]])}
+    server = start_server(tmp_path_factory.mktemp("data-no-torch"), env=env)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_attend_without_torch_names_the_runtime_extra_and_stores_nothing(
+        server_without_torch: ServerProcess) -> None:
+    blob = np.zeros(2 * 4 * 8, dtype="<f4").tobytes()
+    with server_without_torch.client() as r:
+        for command in (("ATTEND.PREFIX.STORE", "s", "0", "2", "4", "8", blob, blob),
+                        ("ATTEND.PREFIX.LOOKUP", "s", "0"),
+                        ("KV.PREFIX.WARM", "s", "2", "8")):
+            with pytest.raises(redis.ResponseError) as info:
+                r.execute_command(*command)
+            assert str(info.value) == ("ATTEND needs torch, the [runtime] extra: "
+                                       "pip install 'pion[runtime]'")
+        assert r.ping() is True
+    assert "Traceback" not in server_without_torch.log()

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from pion.server.context import CommandContext, ServerState
 
 
+MISSING_RUNTIME = "ATTEND needs torch, the [runtime] extra: pip install 'pion[runtime]'"
+
+
 def _slots(state: ServerState) -> AttendSlots:
     """The worker's ATTEND slot table (``state.stores.attend``); torch is imported, and its
     thread pool sized, by the first ATTEND command (a server without them never maps torch)."""
@@ -55,7 +58,10 @@ def _load_torch(threads: int) -> None:
     Measured on a shared 2-core box: with torch's default 2 threads an M=1 QUERY took ~30 ms
     p50 against 0.7 ms with 1 (OpenMP spin-waiting against the client process).
     """
-    import torch
+    try:
+        import torch
+    except ImportError:  # a core install: ATTEND needs the [runtime] extra
+        raise CommandError(MISSING_RUNTIME) from None
 
     if threads > 0:
         torch.set_num_threads(threads)
@@ -193,9 +199,9 @@ def cmd_attend_query_sparse_auto_fused(ctx: CommandContext, args: list[bytes]) -
 
 def cmd_attend_kvprefix_warm(ctx: CommandContext, args: list[bytes]) -> object:
     """Rebuild every layer's slot from the V-store's ``<ns>_pk``/``<ns>_pv`` (any stored format)."""
+    slots = _slots(ctx.server)  # first: answers -ERR naming the extra when torch is missing
     import torch
 
-    slots = _slots(ctx.server)
     ns, h, d = word(args[0]), parse_heads(args[1]), parse_head_dim(args[2])
     if len(args) > 4:
         raise syntax_error(args[4])
