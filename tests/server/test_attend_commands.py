@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import redis
 
+from pion.client.stage2.wire import is_coldmiss
 from support.attention_ref import causal_allowed, close_to_reference, reference
 from support.procs import ServerProcess, start_server
 from support.replies import err
@@ -213,6 +214,13 @@ def test_the_257th_session_demotes_the_first_which_answers_coldmiss_until_warmed
             assert [fields[f] for f in ("sdpa_warm", "sdpa_cold", "sdpa_demotions", "sdpa_rehydrates")] == [
                 256, 1, 1, 0]
             assert err(r, "ATTEND.PREFIX.QUERY", "cold0", 0, 1, 4, 0, q.tobytes()) == "COLDMISS cold0 0"
+            pipe = r.pipeline(transaction=False)  # pion-llm --stage2 queries segments in a pipeline
+            pipe.execute_command("PING")  # (querying another slot would change the LRU order)
+            pipe.execute_command("ATTEND.PREFIX.QUERY", "cold0", 0, 1, 4, 0, q.tobytes())
+            with pytest.raises(redis.ResponseError) as wrapped:
+                pipe.execute()
+            assert str(wrapped.value).startswith("Command # 2")
+            assert is_coldmiss(wrapped.value) is True
             assert r.execute_command("KV.PREFIX.WARM", "cold0", 1, 4) == b"1"
             reply = r.execute_command("ATTEND.PREFIX.QUERY", "cold0", 0, 1, 4, 0, q.tobytes())
             check(f32(reply).reshape(1, 1, 4), reference(q, k, v)[0])

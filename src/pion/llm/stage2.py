@@ -84,7 +84,11 @@ class ChainLane:
         pipe = self.conn.pipeline(transaction=False)
         for sid in self.sids:
             pipe.execute_command("ATTEND.PREFIX.QUERY", sid, layer_idx, h_q, d, 0, blob)
-        return list(pipe.execute())
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies:  # the server's own error (redis-py would prefix "Command # n ...")
+            if isinstance(reply, Exception):
+                raise reply
+        return list(replies)
 
 
 class Stage2Restore:

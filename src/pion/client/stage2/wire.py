@@ -20,7 +20,11 @@ class ColdMissError(RuntimeError):
 
 
 def is_coldmiss(exc: BaseException) -> bool:
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith(COLDMISS)
+    """A ``-COLDMISS`` answer, also when redis-py wrapped it as a pipeline's ``Command # n`` error."""
+    if not isinstance(exc, redis.ResponseError):
+        return False
+    text = str(exc)
+    return text.startswith(COLDMISS) or f"caused error: {COLDMISS}" in text
 
 
 def attend_sid(namespace: str) -> str:
