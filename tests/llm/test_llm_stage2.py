@@ -4,46 +4,21 @@ prefill and as the stage-1 restore; a demoted segment is rehydrated; the flag is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from pion.common.errors import ConfigError
 from pion.llm.config import load_config
-from pion.llm.engine import Engine, SamplingParams
+from pion.llm.engine import Engine
 from pion.llm.segments import ModelShape, plan_chat
 from pion.llm.stage2 import Stage2Restore
 from pion.llm.stores import PionSegmentStore
+from support.llm_engine import SYSTEM, model_and_tokenizer, run  # the fixture too
 from support.llm_procs import MODEL
 from support.procs import ServerProcess
 
 pytestmark = pytest.mark.slow
-SYSTEM = "You are a math tutor. Answer with the number and one short sentence. " * 6
-GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
-
-
-@pytest.fixture(scope="module")
-def model_and_tokenizer() -> Iterator[tuple[Any, Any]]:
-    import torch
-
-    from pion.client.runtimes.transformers_runtime import load_model
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield load_model(MODEL, device="cpu")
-    finally:
-        torch.set_num_threads(threads)
-
-
-def run(engine: Engine, messages: list[dict[str, str]]) -> tuple[str, int]:
-    gen = engine.start(plan_chat(engine.tokenizer, messages), GREEDY)
-    pieces = []
-    while (step := gen.next_step()) is not None:
-        pieces.append(step.text)
-    gen.finish()
-    return "".join(pieces), gen.cached_tokens
 
 
 def engine_for(model: Any, tok: Any, port: int, stage2: bool, vquant: str = "fp32") -> Engine:
