@@ -144,7 +144,7 @@ def describe(s: Stores) -> dict[str, Any]:
                          "v_formats": list(entry.v_formats), "uniform": entry.uniform,
                          "layers": entry.layers, "prefill_ms": entry.prefill_ms,
                          "block_size": None if blocks is None else blocks.block_size,
-                         "hashes": None if blocks is None else bytes(blocks.blob).hex()})
+                         "hashes": None if blocks is None else blocks.blob().hex()})
     keys = [{"key": bytes(key).hex(), "value": hashlib.sha256(bytes(value)).hexdigest(), "expire_at_ms": deadline}
             for key, value, deadline in sorted(s.keyspace.items())]
     entries = [{"cache": cache, "next_id": next_id, "id": e.entry_id, "scope": e.scope, "text": e.text,

@@ -195,7 +195,7 @@ def test_membership_bitmap_matches_a_python_set() -> None:
     rng = np.random.default_rng(1)
     table_hashes = rng.integers(0, 2**64 - 1, size=50, dtype=np.uint64)
     probes = np.concatenate([table_hashes[::3], rng.integers(0, 2**64 - 1, size=13, dtype=np.uint64)])
-    table = BlockTable(16, table_hashes.astype("<u8").tobytes())
+    table = BlockTable.from_blob(16, table_hashes.astype("<u8").tobytes())
     bitmap = table.membership(probes.astype("<u8").tobytes())
     bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")[: len(probes)]
     wanted = set(table_hashes.tolist())

@@ -100,7 +100,7 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
             blocks = entry.blocks
             yield PrefixRegister(entry.ns, entry.kv_dim, entry.k_formats, entry.v_formats, entry.uniform,
                                  None if blocks is None else blocks.block_size,
-                                 None if blocks is None else blocks.blob, entry.layers)
+                                 None if blocks is None else blocks.blob(), entry.layers)
         for layer, buf in sorted(session.layers.items()):
             n_rows = buf.n_rows
             step = max(1, SNAPSHOT_CHUNK_BYTES // buf.row_bytes)

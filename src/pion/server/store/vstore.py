@@ -252,7 +252,7 @@ class VStore:
             entry = PrefixEntry(Namespace(ns), kv_dim, k_formats, v_formats, uniform)
             self._prefixes[Namespace(ns)] = entry
         if block_size is not None and hashes is not None:
-            entry.blocks = BlockTable(block_size, hashes)
+            entry.blocks = BlockTable.from_blob(block_size, hashes)
         if layers is not None:
             entry.layers = layers
         if prefill_ms is not None:
