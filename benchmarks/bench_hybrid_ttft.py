@@ -29,12 +29,12 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_prefix_restore import free_port  # noqa: E402
-from bench_rag import start_pion  # noqa: E402
+from bench_prefix_restore import free_port
+from bench_rag import start_pion
 
-from pion.client.hybrid_prefix import suffix_logits  # noqa: E402
-from pion.client.prompt_cache import PionPromptCache  # noqa: E402
-from pion.client.runtimes.transformers_runtime import forward_logits  # noqa: E402
+from pion.client.hybrid_prefix import suffix_logits
+from pion.client.prompt_cache import PionPromptCache
+from pion.client.runtimes.transformers_runtime import forward_logits
 
 SUFFIX_TOKENS = 8
 

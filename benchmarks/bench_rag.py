@@ -37,11 +37,11 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_prefix_restore import free_port, wait_ping  # noqa: E402  (the same server helpers)
+from bench_prefix_restore import free_port, wait_ping  # (the same server helpers)
 
-from pion import HybridRetrievalCache, load_model  # noqa: E402
-from pion.client.connection import PionClient  # noqa: E402
-from pion.client.runtimes.transformers_runtime import forward_logits  # noqa: E402
+from pion import HybridRetrievalCache, load_model
+from pion.client.connection import PionClient
+from pion.client.runtimes.transformers_runtime import forward_logits
 
 DATA = Path(__file__).resolve().parent / "data" / "rag_eval.json"
 STUB = "Answer the question using the context.\n\nContext:"

@@ -27,12 +27,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from support.llm_procs import MODEL, start_llm  # noqa: E402
-from support.procs import start_server  # noqa: E402
-from support.proxy_procs import pion_args, start_proxy  # noqa: E402
+from support.llm_procs import MODEL, start_llm
+from support.procs import start_server
+from support.proxy_procs import pion_args, start_proxy
 
-from pion.proxy.rag import RagRetriever  # noqa: E402
-from pion.proxy.rag_ingest import ingest  # noqa: E402
+from pion.proxy.rag import RagRetriever
+from pion.proxy.rag_ingest import ingest
 
 FACTS = ROOT / "benchmarks" / "data" / "rag_facts"
 

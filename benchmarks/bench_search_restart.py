@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support.procs import start_server  # noqa: E402
+from support.procs import start_server
 
 
 def log_lines(text: str, *needles: str) -> list[str]:

@@ -28,8 +28,8 @@ import numpy as np
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support.procs import start_server  # noqa: E402
-from support.redisearch import RediSearchProcess, redisearch_paths  # noqa: E402
+from support.procs import start_server
+from support.redisearch import RediSearchProcess, redisearch_paths
 
 BATCH = 1000
 

@@ -27,11 +27,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support.fake_backends import FakeBackend  # noqa: E402
-from support.procs import start_server  # noqa: E402
-from support.proxy_procs import pion_args, start_proxy, wait_for_embedder  # noqa: E402
+from support.fake_backends import FakeBackend
+from support.procs import start_server
+from support.proxy_procs import pion_args, start_proxy, wait_for_embedder
 
-from pion.proxy.tools.replay import load_dataset, replay  # noqa: E402
+from pion.proxy.tools.replay import load_dataset, replay
 
 DATA = Path(__file__).parent / "data"
 SETS = ("distill_faq", "distill_diverse")

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from semantic_eval_seeds import DOMAINS, SPLIT_OF_DOMAIN  # noqa: E402
+from semantic_eval_seeds import DOMAINS, SPLIT_OF_DOMAIN
 
 PAIRS_OUT = ROOT / "benchmarks" / "data" / "semantic_eval_pairs.jsonl"
 CONV_OUT = ROOT / "benchmarks" / "data" / "semantic_eval_conversations.jsonl"

@@ -29,7 +29,7 @@ def test_dense_attention_matches_fp64_with_its_lse(impl: str, h_q: int, h_kv: in
     q, k, v = rand(h_q, m, 32), rand(h_kv, n, 32, seed=1), rand(h_kv, n, 32, seed=2)
     out, lse = attend(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), 32 ** -0.5, impl=impl)
     want_out, want_lse = reference(q, k, v)
-    assert close_to_reference(out.numpy(), want_out)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want_out)[0] == True
     assert float(np.abs(lse.numpy() - want_lse).max()) < 1e-5
 
 
@@ -65,7 +65,7 @@ def test_fused_prefix_and_causal_suffix_equal_one_dense_attention(m: int, s: int
     ks, vs = rand(2, s, d, seed=3), rand(2, s, d, seed=4)
     out, _ = prefix_ops.fused(*(torch.from_numpy(x) for x in (k, v, q, ks, vs)))
     want, _ = reference(q, np.concatenate([k, ks], 1), np.concatenate([v, vs], 1), causal_allowed(m, p, s))
-    assert close_to_reference(out.numpy(), want)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want)[0] == True
 
 
 def test_merge_of_two_halves_equals_attention_over_both() -> None:
@@ -75,7 +75,7 @@ def test_merge_of_two_halves_equals_attention_over_both() -> None:
     b = attend(t[0], t[1][:, 12:], t[2][:, 12:], 8 ** -0.5)
     out, lse = merge(a[0], a[1], b[0], b[1])
     want_out, want_lse = reference(q, k, v)
-    assert close_to_reference(out.numpy(), want_out)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want_out)[0] == True
     assert float(np.abs(lse.numpy() - want_lse).max()) < 1e-5
 
 
@@ -83,7 +83,7 @@ def test_fa_window_attends_only_the_last_w_prefix_positions() -> None:
     q, k, v = rand(2, 3, 8), rand(2, 40, 8, seed=1), rand(2, 40, 8, seed=2)
     out, _ = prefix_ops.dense(torch.from_numpy(k), torch.from_numpy(v), torch.from_numpy(q), window=10)
     want, _ = reference(q, k[:, 30:], v[:, 30:])
-    assert close_to_reference(out.numpy(), want)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want)[0] == True
 
 
 def test_an_explicit_head_map_routes_each_query_head_to_its_kv_head() -> None:
@@ -92,7 +92,7 @@ def test_an_explicit_head_map_routes_each_query_head_to_its_kv_head() -> None:
     out, _ = prefix_ops.dense(torch.from_numpy(k), torch.from_numpy(v), torch.from_numpy(q),
                               torch.tensor(head_map))
     want, _ = reference(q, k, v, head_map=head_map)
-    assert close_to_reference(out.numpy(), want)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want)[0] == True
 
 
 @pytest.mark.parametrize("n", [64, 100])
@@ -101,7 +101,7 @@ def test_sparse_auto_with_every_block_selected_equals_dense(n: int) -> None:
     t = [torch.from_numpy(x) for x in (k, v, q)]
     out, lse = prefix_ops.sparse_auto(*t, block=16, k_top=64)
     want_out, want_lse = reference(q, k, v)
-    assert close_to_reference(out.numpy(), want_out)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want_out)[0] == True
     assert float(np.abs(lse.numpy() - want_lse).max()) < 1e-5
 
 
@@ -116,7 +116,7 @@ def test_sparse_auto_attends_the_first_last_and_best_scoring_blocks() -> None:
     allowed = np.zeros((1, 1, 32), dtype=bool)
     allowed[0, 0, [*range(0, 4), *range(12, 16), *range(28, 32)]] = True
     want, _ = reference(q, k, v, allowed)
-    assert close_to_reference(out.numpy(), want)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want)[0] == True
 
 
 def test_caller_sparse_indices_match_attention_over_those_keys() -> None:
@@ -128,7 +128,7 @@ def test_caller_sparse_indices_match_attention_over_those_keys() -> None:
     allowed[0, 0, [3, 7, 9]] = True
     allowed[1, 0, [29, 1]] = True
     want, _ = reference(q, k, v, allowed)
-    assert close_to_reference(out.numpy(), want)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want)[0] == True
 
 
 def test_top_k_keeps_the_highest_scoring_keys() -> None:
@@ -137,4 +137,4 @@ def test_top_k_keeps_the_highest_scoring_keys() -> None:
     scores = np.einsum("hmd,hnd->hmn", q.astype(np.float64), k.astype(np.float64))
     allowed = scores >= np.sort(scores, axis=-1)[..., -5:-4]
     want, _ = reference(q, k, v, allowed)
-    assert close_to_reference(out.numpy(), want)[0] == True  # noqa: E712
+    assert close_to_reference(out.numpy(), want)[0] == True

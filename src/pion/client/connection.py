@@ -47,7 +47,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class _command(Generic[P, T]):  # noqa: N801 - used like a decorator-made method
+class _command(Generic[P, T]):  # used like a decorator-made method
     """A command method declared once: runs on a ``PionClient``, queues on a ``PionPipeline``."""
 
     def __init__(self, build: Callable[P, Command[T]]) -> None:

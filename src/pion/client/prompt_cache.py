@@ -191,7 +191,7 @@ class PionPromptCache:
                 cache = self._restore(ns, len(ids), lookup_ms)
                 self._stats.hits += 1
                 return cache
-            except Exception as exc:  # noqa: BLE001 - any failed restore means "prefill locally"
+            except Exception as exc:  # any failed restore means "prefill locally"
                 logger.warning("restoring prefix %s from pion-server failed (%s); prefilling locally", ns, exc)
                 self._stats.fallbacks += 1
         self._stats.misses += 1

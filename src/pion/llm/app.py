@@ -113,7 +113,7 @@ class ModelWorker:
 
     def _run_job(self, job: Job) -> None:
         """Runs in the worker thread: restore, prefill, decode until done or cancelled, store."""
-        assert self.engine is not None  # noqa: S101 - submit() refuses jobs before load
+        assert self.engine is not None  # submit() refuses jobs before load
         gen = None
         try:
             gen = self.engine.start(job.plan, job.params)
@@ -127,7 +127,7 @@ class ModelWorker:
                 logger.info("client went away; generation cancelled after %d tokens", gen.completion_tokens)
             gen.finish()
             job.emit("done", (gen.finish_reason or "stop", gen.completion_tokens))
-        except Exception as exc:  # noqa: BLE001 - reported to the client as a 500
+        except Exception as exc:  # reported to the client as a 500
             logger.exception("generation failed")
             if gen is not None:
                 with contextlib.suppress(Exception):
@@ -148,7 +148,7 @@ def create_app(model_name: str, max_queue: int, engine_factory: EngineFactory) -
             try:
                 worker.engine = await asyncio.to_thread(engine_factory)
                 logger.info("model %s ready", model_name)
-            except Exception as exc:  # noqa: BLE001 - reported by /health and 503s
+            except Exception as exc:  # reported by /health and 503s
                 worker.load_error = f"model failed to load: {type(exc).__name__}: {exc}"
                 logger.exception("model failed to load")
 

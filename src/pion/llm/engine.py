@@ -173,7 +173,7 @@ class Engine:
 
     def _segment_bytes(self, link: ChainLink) -> int:
         """What the store really holds for this segment (the budget's unit; see ``SegmentStore.stored_bytes``)."""
-        assert self.store is not None  # noqa: S101 - only called with a store
+        assert self.store is not None  # only called with a store
         return self.store.stored_bytes(self.shape, link.n_tokens)
 
     def store_segments(self, restored: list[ChainLink], new_rows: list[tuple[ChainLink, SegmentKV]]) -> None:

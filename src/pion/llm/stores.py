@@ -124,7 +124,7 @@ class PionSegmentStore:
         try:
             client = PionClient(host=self._host, port=self._port, password=self._password)
             client.ping()
-        except Exception as exc:  # noqa: BLE001 - any failure means "serve uncached"
+        except Exception as exc:  # any failure means "serve uncached"
             self._mark_down(exc)
             return False
         with self._lock:
@@ -171,7 +171,7 @@ class PionSegmentStore:
             return []
         try:
             restored = transport.fetch_chain([(link.namespace, link.n_tokens) for link in links])
-        except Exception as exc:  # noqa: BLE001 - connection trouble: serve uncached
+        except Exception as exc:  # connection trouble: serve uncached
             self._mark_down(exc)
             return []
         return [SegmentKV(r.stacked("k"), r.stacked("v")) for r in restored]
@@ -185,7 +185,7 @@ class PionSegmentStore:
                 conn.kv_prefix_lookup(links[-1].namespace, tokens=n_tokens, prefill_ms=prefill_ms)
             else:
                 conn.kv_prefix_lookup(links[0].namespace)  # counts the miss
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._mark_down(exc)
 
     def store(self, link: ChainLink, rows: SegmentKV) -> bool:
@@ -195,7 +195,7 @@ class PionSegmentStore:
         try:
             errors, _ = transport.store(link.namespace, stacked_rows(rows.keys, rows.values),
                                         prefill_ms=rows.prefill_ms)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._mark_down(exc)
             return False
         if errors:
@@ -209,7 +209,7 @@ class PionSegmentStore:
             return 0
         try:
             return int(conn.kv_prefix_drop(*namespaces))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._mark_down(exc)
             return 0
 

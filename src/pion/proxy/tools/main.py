@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.tool == "generate-qa":
-            out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout  # noqa: SIM115
+            out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
             n = 0
             for row in generate(args.folder, args.url, args.model, args.per_chunk, args.chunk_chars,
                                 api_key=args.api_key):
