@@ -1,4 +1,4 @@
-"""CacheBlend-style partial recompute of a composed multi-chunk cache (beyond the spec).
+"""CacheBlend-style partial recompute of a composed multi-chunk cache (beyond the original design).
 
 Chunks prefilled independently never attended to each other, so their K/V differ from a full
 prefill of the concatenated prompt. CacheBlend (Yao et al., 2024) recovers most of the gap by

@@ -42,7 +42,7 @@ RAG_TAG = f"pion-rag-v{NAMESPACE_VERSION}"  # first part of a RAG chunk's namesp
 
 
 def make_namespace(*parts: object) -> Namespace:
-    """sha256("|".join(parts)) as 32 hex characters (the spec's ``make_namespace``)."""
+    """sha256("|".join(parts)) as 32 hex characters (the original design's ``make_namespace``)."""
     return Namespace(hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:32])
 
 

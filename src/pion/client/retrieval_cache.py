@@ -1,4 +1,4 @@
-"""HybridRetrievalCache: reuse the prefilled K/V of retrieved RAG chunks (the spec's RAG hydration).
+"""HybridRetrievalCache: reuse the prefilled K/V of retrieved RAG chunks (the original design's RAG hydration).
 
 Roles, in the order an application meets them:
   * ``ingest(chunk_id, ids)`` — once per chunk: prefill it alone at positions 0.., keep its K/V.
@@ -14,7 +14,7 @@ Roles, in the order an application meets them:
     the tokens whose keys deviate most from a full prefill, to recover the cross-chunk
     attention that independent prefills lack.
 
-Keys: the spec's separate, narrow namespace contract — a hash of the chunk (or pack) id, the
+Keys: the original design's separate, narrow namespace contract — a hash of the chunk (or pack) id, the
 model identity (``model_fingerprint``: model id, config, rope, dtype), the storage format and,
 for packs, the stub's token hash. Chunk ids must name content: re-ingesting an id replaces it.
 

@@ -1,4 +1,4 @@
-"""The reference SSM state blob: a list of arrays as bytes (the spec's format, version 1).
+"""The reference SSM state blob: a list of arrays as bytes (the original design's format, version 1).
 
 pion-server never parses these (SSM.PREFIX.* stores opaque bytes); this is the format the
 client writes and reads. All integers are little-endian u32::

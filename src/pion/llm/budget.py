@@ -1,7 +1,7 @@
 """Keep this pion-llm's lineages under a byte budget by evicting least-recently-used leaf segments.
 
 The V-store's own LRU goes by last access alone, and for a lineage that is the root: it is written
-once and never touched while the leaf grows (spec, KV.PREFIX.DROP). So pion-llm runs its own policy
+once and never touched while the leaf grows (original design, KV.PREFIX.DROP). So pion-llm runs its own policy
 over the segments it stored or restored: every use touches the whole chain, root to leaf, and only
 a segment with no known children may go. An interior segment is never dropped while a descendant
 is held, so no held leaf ever loses a segment it needs; dropping a leaf can make its parent a leaf.

@@ -1,6 +1,6 @@
 """A prompt as a chain of segments: how pion-llm cuts, names, restores and stores prefixes.
 
-A chat prompt is cut at message boundaries (spec, KV.PREFIX.LOOKUP: "stores a conversation as a
+A chat prompt is cut at message boundaries (original design, KV.PREFIX.LOOKUP: "stores a conversation as a
 chain of segments"): segment 0 is the system prompt (or the template's default system plus the
 first message), then one segment per later message. The generation prompt the template appends
 (``<|im_start|>assistant\\n``) is the *tail*: it is always prefilled and never stored, so every

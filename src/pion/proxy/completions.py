@@ -124,7 +124,7 @@ class ChatCompletions:
             look.distilled = await self.distill.lookup(look.scope, look.text, look.vector)
             if (d := look.distilled) is not None:
                 return self._serve_text(d.content, d.model or model, d.source, look, bool(body.get("stream")), t0)
-        if self.rag is not None:  # before routing: the spec routes RAG-augmented requests too
+        if self.rag is not None:  # before routing: the original design routes RAG-augmented requests too
             body = await self._with_rag(body, look)
         if self.router is not None:
             body = await self._route(self.router, body, look)

@@ -1,6 +1,6 @@
 """``--distill``: the L3 concept store and the L3b fragment store, tried after an L1 miss.
 
-What the spec leaves open, and what this module does:
+What the original design leaves open, and what this module does:
 
 * **Concept** (L3): after a full inference whose answer L1 stores, one concept is stored:
   the question's *intent* (lowercased, question framing and filler words dropped: "How can
@@ -18,20 +18,20 @@ What the spec leaves open, and what this module does:
   from concepts the guard refuses, so no composite is served where L1 would refuse.
 * **L3b fragments**: every sentence (up to 8) of a stored answer, embedded as is. When
   neither L1 nor L3 hits, the query is matched against fragments >= ``direct_threshold``;
-  the fragment is served only if the guard accepts the question it came from. The spec
+  the fragment is served only if the guard accepts the question it came from. The original design
   calls L3b an untested hypothesis; docs/benchmarks.md has what it measured.
 
 Storage: pion-server's AI.SEMANTIC_CACHE under the cache names ``<cache>:l3`` and
 ``<cache>:l3b``, in the request's L1 scope (so never across system prompts, models or
 conversations), persisted by the server's WAL/snapshots like L1. No new server command.
 
-**Calibration** (the spec's "workload sensitivity"): at each concept ingest the new
+**Calibration** (the original design's "workload sensitivity"): at each concept ingest the new
 intent's similarity to its nearest stored concept (causal top-1) is recorded when the guard
 calls the two questions different: the similarity distribution of *different* questions in
 this corpus, which a threshold must stay above. (Tuned on the dev split: counting every
 nearest neighbour let missed paraphrases of one question push the threshold up.) Once
 ``MIN_SAMPLES`` are in, direct = clamp(quantile ``DIRECT_Q`` + ``MARGIN``) and composite =
-direct - ``COMPOSITE_GAP``; before that the spec's defaults (0.90 / 0.85). A flag value
+direct - ``COMPOSITE_GAP``; before that the original design's defaults (0.90 / 0.85). A flag value
 pins a threshold. The sample lives in the proxy (restarts recalibrate).
 """
 

@@ -1,4 +1,4 @@
-"""Counters behind GET /v1/stats (the spec's schema) and GET /metrics (Prometheus).
+"""Counters behind GET /v1/stats (the original design's schema) and GET /metrics (Prometheus).
 
 Each app gets its own Prometheus registry so several proxies (tests) can share a process.
 """

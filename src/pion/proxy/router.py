@@ -1,6 +1,6 @@
 """Intent routing (``--route``): pick a cheap, mid or top model tier for each backend call.
 
-The classifier is the spec's, step by step:
+The classifier is the original design's, step by step:
   1. embed the query with the proxy's embedder (the same vector space as L1);
   2. cosine to two centroids, each the normalised mean of 20 seed queries; diff = simple - complex;
   3-5. diff > +margin -> simple, diff < -margin -> complex, else medium;
@@ -9,7 +9,7 @@ The classifier is the spec's, step by step:
      >= 60 tokens -> medium.
 No embedding (embedder down or ``--embed-backend none``) -> medium, counted as unclassified.
 
-``confidence`` (the spec leaves it open): the cosine between the query and the centroid of the
+``confidence`` (the original design leaves it open): the cosine between the query and the centroid of the
 tier it was sent to (for medium, the nearer centroid); 1.0 when the code heuristic decided,
 0.0 when there was no embedding.
 

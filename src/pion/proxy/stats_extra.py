@@ -1,6 +1,6 @@
 """The /v1/stats keys of the optional layers: distill, router, the server behind the cache.
 
-``mlx_gpu`` stays null: the spec's MLX sidecar has no counterpart here (pion-llm runs on
+``mlx_gpu`` stays null: the original design's MLX sidecar has no counterpart here (pion-llm runs on
 torch and reports no accelerator statistics to the proxy); docs/proxy.md says so.
 """
 

@@ -1,7 +1,7 @@
 """Moving K/V between a transformers ``DynamicCache`` and Pion's row layout.
 
 transformers keeps each layer's keys and values as ``[batch=1, n_kv_heads, n_tokens, head_dim]``;
-pion-server stores rows ``[n_tokens, n_kv_heads * head_dim]`` (one row per token, the spec's
+pion-server stores rows ``[n_tokens, n_kv_heads * head_dim]`` (one row per token, the original design's
 [N, H*D] layout). GQA needs nothing special: ``kv_dim = n_kv_heads * head_dim``.
 
 Restores copy nothing: each layer is a ``[1, H, N, D]`` view over the reply bytes (``torch.frombuffer``),

@@ -1,6 +1,6 @@
 """HF transformers runtime: load a model, prefill, and generate with an optional prefix cache.
 
-The signatures follow mlx-lm (``load`` / ``generate`` / ``stream_generate``) so the spec's quick
+The signatures follow mlx-lm (``load`` / ``generate`` / ``stream_generate``) so the original design's quick
 start reads the same. Decoding is our own small loop over ``model(...)`` rather than
 ``model.generate`` so that a cache restored from pion-server is consumed as-is, streaming is
 natural, and time-to-first-token can be measured by the benchmarks.

@@ -28,7 +28,7 @@ def is_coldmiss(exc: BaseException) -> bool:
 
 
 def attend_sid(namespace: str) -> str:
-    """The ATTEND-side session of a prefix namespace (the spec's ``<namespace>_attn``)."""
+    """The ATTEND-side session of a prefix namespace (the original design's ``<namespace>_attn``)."""
     return f"{namespace}_attn"
 
 

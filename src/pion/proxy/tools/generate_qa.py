@@ -5,7 +5,7 @@ paragraph boundaries; for each chunk the backend is asked for ``per_chunk`` ques
 chunk answers, one per line. Lines ending in "?" (numbering and bullets stripped) become
 rows ``{"id", "question", "family": "<file>#<chunk>", "source": "<file>"}`` that
 ``pion serve-tools replay`` reads. The request carries ``Cache-Control: no-cache, no-store``
-so generating through pion-serve neither hits nor fills its cache. The spec's generate_qa.
+so generating through pion-serve neither hits nor fills its cache. The original design's generate_qa.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Input: JSONL, one object per line with ``question`` (or ``q`` / ``prompt``) and 
      "source": "l1_cache", "latency_ms": 12.4, "server_latency_ms": 9.8, "similarity": 0.93,
      "route": null, "answer": "..."}
 
-and a summary table (count, share and p50/p95 latency per source). The spec's
+and a summary table (count, share and p50/p95 latency per source). The original design's
 ``replay_experiment.py``. Queries run one at a time, in file order, so later queries can hit
 what earlier ones stored.
 """

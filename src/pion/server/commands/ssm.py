@@ -2,13 +2,13 @@
 
   SSM.PREFIX.STORE  <ns> <layer> <state_blob>     -> +OK
   SSM.PREFIX.FETCH  <ns> <layer>                  -> bulk | nil
-  SSM.PREFIX.MFETCH <ns> <layer_start> <n>        -> array of n (bulk | nil)   (beyond the spec)
+  SSM.PREFIX.MFETCH <ns> <layer_start> <n>        -> array of n (bulk | nil)   (beyond the original design)
   SSM.PREFIX.DROP   <ns> [<layer>]                -> +OK  (no layer: every layer of ns)
 
 ``ns`` is the same namespace as the prefix's KV.PREFIX registration (its K/V sessions are
 ``<ns>_pk``/``<ns>_pv``): the state is evicted and dropped together with them. The blob is
 opaque to the server (the client's reference format is in docs/formats.md, "SSM state
-blob"). Blobs count toward ``--maxmemory``; a 33.55 MB layer (the spec's 8K-token ceiling)
+blob"). Blobs count toward ``--maxmemory``; a 33.55 MB layer (the original design's 8K-token ceiling)
 travels as one bulk string within the default ``--proto-max-bulk-len`` (512mb) and is
 written out without a copy, so no 64 MB client buffer caps it.
 """

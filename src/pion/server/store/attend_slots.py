@@ -1,6 +1,6 @@
 """Resident prefix K/V for ATTEND.PREFIX.*: a warm slot table with LRU demotion to a cold registry.
 
-One entry per ``(sid, layer)``. Three states (spec "Cold-tier state machine"):
+One entry per ``(sid, layer)``. Three states (original design "Cold-tier state machine"):
   * WARM    — K and V held as fp32 tensors ``[H, N, D]`` in a slot; queries are answered.
   * COLD    — demoted: only ``(H, N, D, last access)`` kept; LOOKUP says +COLD, queries say
               ``-COLDMISS <sid> <layer>`` until KV.PREFIX.WARM rebuilds it from the V-store.
