@@ -29,46 +29,12 @@ from pion.common.errors import CommandError, clip_for_echo
 from pion.server.search.index import Hit, SearchIndex
 from pion.server.search.options import take_params
 from pion.server.search.query import KnnClause, Node, parse_query
+from pion.server.search.words import MISSING_ARGUMENT, Words, text
 from pion.server.store.keyspace import Keyspace
 
 DEFAULT_WINDOW = 20
 DEFAULT_K = 10
 RRF_CONSTANT = 60.0
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
-
-
-class _Args:
-    def __init__(self, args: list[bytes]) -> None:
-        self.args = args
-        self.pos = 0
-
-    def more(self) -> bool:
-        return self.pos < len(self.args)
-
-    def peek(self) -> str:
-        return _text(self.args[self.pos]).upper() if self.more() else ""
-
-    def take(self, what: str) -> bytes:
-        if not self.more():
-            raise CommandError(f"Missing argument for {what}")
-        self.pos += 1
-        return self.args[self.pos - 1]
-
-    def number(self, what: str) -> float:
-        raw = self.take(what)
-        try:
-            return float(raw)
-        except ValueError:
-            raise CommandError(f"Bad arguments for {what}: Could not convert argument to expected type") from None
-
-    def count(self, what: str) -> int:
-        raw = self.take(what)
-        if not raw.isdigit() or len(raw) > 9:
-            raise CommandError(f"Bad arguments for {what}: Could not convert argument to expected type")
-        return int(raw)
 
 
 @dataclass
@@ -94,21 +60,21 @@ class HybridRequest:
 def parse_hybrid(raw: list[bytes]) -> HybridRequest:
     """FT.HYBRID's words after the index name -> HybridRequest; -ERR when malformed."""
     params = take_params(raw)
-    a = _Args(raw)
+    a = Words(raw, MISSING_ARGUMENT)
     if a.peek() != "SEARCH":
         raise CommandError("SEARCH argument is required")
     a.pos += 1
-    text_query = parse_query(_text(a.take("SEARCH")), params)
+    text_query = parse_query(text(a.take("SEARCH")), params)
     while a.peek() in ("SCORER", "YIELD_SCORE_AS"):
         a.pos += 1
         a.take("SCORER")
     if a.peek() != "VSIM":
         raise CommandError("VSIM argument is required")
     a.pos += 1
-    field = _text(a.take("VSIM")).lstrip("@")
+    field = text(a.take("VSIM")).lstrip("@")
     blob = a.take("VSIM")
     if blob.startswith(b"$"):
-        name = _text(blob[1:])
+        name = text(blob[1:])
         if name not in params:
             raise CommandError(f"No such parameter `{clip_for_echo(name)}`")
         blob = params[name]
@@ -121,7 +87,7 @@ def parse_hybrid(raw: list[bytes]) -> HybridRequest:
         elif opt == "RANGE":
             raise CommandError("VSIM RANGE is not supported by this build (use KNN)")
         elif opt == "FILTER":
-            req.vector_filter = parse_query(_text(a.take("FILTER")), params).filter
+            req.vector_filter = parse_query(text(a.take("FILTER")), params).filter
         elif opt == "YIELD_SCORE_AS" or opt == "TIMEOUT":
             a.take(opt)
         elif opt == "COMBINE":
@@ -132,7 +98,7 @@ def parse_hybrid(raw: list[bytes]) -> HybridRequest:
                 req.load = ["*"]
             else:
                 n = a.count("LOAD")
-                req.load = [_text(a.take("LOAD")).lstrip("@") for _ in range(n)]
+                req.load = [text(a.take("LOAD")).lstrip("@") for _ in range(n)]
         elif opt == "LIMIT":
             req.offset, req.num = a.count("LIMIT"), a.count("LIMIT")
         elif opt == "PARAMS":
@@ -143,7 +109,7 @@ def parse_hybrid(raw: list[bytes]) -> HybridRequest:
     return req
 
 
-def _knn_options(a: _Args, req: HybridRequest) -> None:
+def _knn_options(a: Words, req: HybridRequest) -> None:
     n = a.count("KNN")
     for _ in range(n // 2):
         key = a.peek()
@@ -156,7 +122,7 @@ def _knn_options(a: _Args, req: HybridRequest) -> None:
             raise CommandError(f"Unknown argument `{clip_for_echo(key)}` in KNN")
 
 
-def _combine_options(a: _Args, req: HybridRequest) -> None:
+def _combine_options(a: Words, req: HybridRequest) -> None:
     req.method = a.peek()
     a.pos += 1
     if req.method not in ("RRF", "LINEAR"):

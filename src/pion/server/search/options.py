@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pion.common.errors import CommandError, clip_for_echo
+from pion.server.search.words import text as _text
 
 IGNORED_WITH_VALUE = frozenset({"SLOP", "TIMEOUT", "LANGUAGE", "SCORER", "EXPANDER"})
 MAX_LIMIT = 1_000_000
@@ -37,10 +38,6 @@ class SearchOptions:
     num: int = 10
     params: dict[str, bytes] = field(default_factory=dict)
     dialect: int = 2
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
 
 
 def _number(raw: bytes, what: str) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pion.common.errors import CommandError, clip_for_echo
+from pion.server.search.words import Words, count, text
 
 FIELD_TYPES = ("TEXT", "TAG", "NUMERIC", "VECTOR")
 METRICS = ("COSINE", "L2", "IP")
@@ -81,39 +82,9 @@ class IndexDefinition:
         return None
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _count(raw: bytes, what: str) -> int:
-    if not raw.isdigit() or len(raw) > 9:
-        raise CommandError(f"Bad arguments for {what}: Could not convert argument to expected type")
-    return int(raw)
-
-
-class _Words:
-    """A cursor over the argument words."""
-
-    def __init__(self, args: list[bytes]) -> None:
-        self.args = args
-        self.pos = 0
-
-    def more(self) -> bool:
-        return self.pos < len(self.args)
-
-    def peek(self) -> str:
-        return _text(self.args[self.pos]).upper() if self.more() else ""
-
-    def take(self, what: str) -> bytes:
-        if not self.more():
-            raise CommandError(f"Bad arguments for {what}: Expected an argument, but none provided")
-        self.pos += 1
-        return self.args[self.pos - 1]
-
-
 def parse_create(name: str, args: list[bytes]) -> IndexDefinition:
     """FT.CREATE's words after the index name -> IndexDefinition; -ERR for anything wrong."""
-    words = _Words(args)
+    words = Words(args)
     prefixes: list[bytes] = []
     stopwords: tuple[str, ...] | None = None
     skip_scan = False
@@ -121,15 +92,15 @@ def parse_create(name: str, args: list[bytes]) -> IndexDefinition:
         opt = words.peek()
         words.pos += 1
         if opt == "ON":
-            kind = _text(words.take("ON")).upper()
+            kind = text(words.take("ON")).upper()
             if kind != "HASH":
                 raise CommandError(f"Invalid key type `{clip_for_echo(kind)}`: this build indexes HASH only")
         elif opt == "PREFIX":
-            n = _count(words.take("PREFIX"), "PREFIX")
+            n = count(words.take("PREFIX"), "PREFIX")
             prefixes.extend(words.take("PREFIX") for _ in range(n))
         elif opt == "STOPWORDS":
-            n = _count(words.take("STOPWORDS"), "STOPWORDS")
-            stopwords = tuple(_text(words.take("STOPWORDS")).lower() for _ in range(n))
+            n = count(words.take("STOPWORDS"), "STOPWORDS")
+            stopwords = tuple(text(words.take("STOPWORDS")).lower() for _ in range(n))
         elif opt in FLAGS_WITHOUT_VALUE:
             skip_scan = skip_scan or opt == "SKIPINITIALSCAN"
         elif opt in FLAGS_WITH_VALUE:
@@ -153,12 +124,12 @@ def parse_create(name: str, args: list[bytes]) -> IndexDefinition:
                            tuple(args), skip_scan)
 
 
-def _parse_field(words: _Words) -> FieldSpec:
-    name = _text(words.take("SCHEMA"))
+def _parse_field(words: Words) -> FieldSpec:
+    name = text(words.take("SCHEMA"))
     alias = name
     if words.peek() == "AS":
         words.pos += 1
-        alias = _text(words.take("AS"))
+        alias = text(words.take("AS"))
     kind = words.peek()
     if kind not in FIELD_TYPES:
         raise CommandError(f"Invalid field type for field `{clip_for_echo(alias)}`")
@@ -176,7 +147,7 @@ def _parse_field(words: _Words) -> FieldSpec:
                 raise CommandError("Bad arguments for WEIGHT: Could not convert argument to expected type") from None
         elif opt == "SEPARATOR" and kind == "TAG":
             words.pos += 1
-            sep = _text(words.take("SEPARATOR"))
+            sep = text(words.take("SEPARATOR"))
             if len(sep) != 1:
                 raise CommandError(f"Tag separator must be a single character. Got `{clip_for_echo(sep)}`")
             opts["separator"] = sep
@@ -205,20 +176,20 @@ def _vector_error(algorithm: str, what: str, why: str) -> CommandError:
     return CommandError(f"Bad arguments for vector similarity {algorithm} index {what}: {why}")
 
 
-def _parse_vector(words: _Words) -> VectorParams:
+def _parse_vector(words: Words) -> VectorParams:
     algorithm = words.peek()
     if algorithm not in ALGORITHMS:
         raise CommandError("Bad arguments for vector similarity algorithm: Unknown argument")
     words.pos += 1
-    n = _count(words.take("vector similarity number of parameters"), "vector similarity number of parameters")
+    n = count(words.take("vector similarity number of parameters"), "vector similarity number of parameters")
     if n % 2:
         raise CommandError("Bad number of arguments for vector similarity index: got "
                            f"{n} but expected even number (as algorithm parameters should be "
                            "submitted as named arguments)")
     params: dict[str, str] = {}
     for _ in range(n // 2):
-        key = _text(words.take("vector similarity")).upper()
-        params[key] = _text(words.take("vector similarity"))
+        key = text(words.take("vector similarity")).upper()
+        params[key] = text(words.take("vector similarity"))
     known = {"TYPE", "DIM", "DISTANCE_METRIC", "INITIAL_CAP", "BLOCK_SIZE", "M", "EF_CONSTRUCTION",
              "EF_RUNTIME", "EPSILON"}
     for key in params:
