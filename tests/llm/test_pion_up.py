@@ -14,22 +14,10 @@ from pathlib import Path
 import pytest
 
 from support.llm_procs import MODEL
+from support.proc_tree import children_of
 from support.procs import free_port
 
 READY_LINE = "Ctrl-C stops everything"
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
 
 def group_exists(pgid: int) -> bool:

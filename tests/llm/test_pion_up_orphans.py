@@ -17,34 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from support.proc_tree import alive, children_of
 from support.procs import free_port
 
 # Not `slow`: pion-llm is stopped while it is still importing, so each case takes a few seconds.
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and PR_SET_PDEATHSIG")
 
 WAIT_S = 120.0
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def alive(pid: int) -> bool:
-    """A zombie (dead, not yet reaped by whoever adopted it) counts as dead."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class Output:
