@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml Makefile
 test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest
 
+# Everything but the tests that load SmolLM2 or MiniLM, spread over every core.
 test-fast: setup
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -m "not slow"
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -m "not slow" -n auto
 
 # The core install (pip install pion, no extras) passes the tests marked `core` (tests/conftest.py).
 $(CORE_STAMP): pyproject.toml Makefile

@@ -19,6 +19,8 @@ TESTS_DIR = Path(__file__).resolve().parent
 # fixture) is slow. Tests that start pion-llm or make the server load MiniLM carry an explicit
 # @pytest.mark.slow / module ``pytestmark`` instead.
 MODEL_FIXTURES = frozenset({"smollm"})
+# Module fixtures that load MiniLM, here or in the shared pion-server their proxy waits for: slow too.
+EMBEDDER_FIXTURES = frozenset({"minilm", "distilled", "rag_proxy", "routed"})
 # Packages whose tests need only the core dependencies (numpy/hiredis/uvloop/redis/ml_dtypes/
 # crc32c + the test tools): their tests that are not slow are marked ``core`` (make test-core).
 CORE_PACKAGES = frozenset({"server", "persist", "crash", "codecs", "common"})
@@ -32,7 +34,7 @@ if importlib.util.find_spec("torch") is None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Derive the ``slow`` and ``core`` markers from fixtures and location (one rule, one place)."""
     for item in items:
-        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if (MODEL_FIXTURES | EMBEDDER_FIXTURES).intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         package = item.path.relative_to(TESTS_DIR).parts[0]
         if package in CORE_PACKAGES and item.get_closest_marker("slow") is None:

@@ -129,6 +129,7 @@ def test_stats_report_the_layers_and_their_calibration(distilled: ProxyProcess) 
     assert list(c["calibration"]["pairwise_top1"]) == ["p50", "p90", "p95", "p99", "max"]
 
 
+@pytest.mark.slow  # the server loads MiniLM
 def test_concepts_live_in_pion_server_and_survive_a_proxy_restart(shared_pion_server: ServerProcess,
                                                                    fake_openai: FakeBackend, tmp_path: Path) -> None:
     args = ("--backend", "vllm", "--backend-url", fake_openai.url, "--distill", *pion_args(shared_pion_server))

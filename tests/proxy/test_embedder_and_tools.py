@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from pion.proxy.tools.generate_qa import chunks_of, questions_in
 from support.fake_backends import FakeBackend
@@ -44,6 +45,7 @@ def test_explicit_sie_that_is_down_serves_uncached_never_falls_through_and_repor
         p.stop()
 
 
+@pytest.mark.slow  # the server loads MiniLM
 def test_auto_with_a_sie_url_uses_pion_server_while_it_embeds(shared_pion_server: ServerProcess,
                                                               fake_openai: FakeBackend, tmp_path: Path) -> None:
     p = start_proxy(tmp_path, "--backend", "vllm", "--backend-url", fake_openai.url, "--sie-url",
@@ -57,6 +59,7 @@ def test_auto_with_a_sie_url_uses_pion_server_while_it_embeds(shared_pion_server
         p.stop()
 
 
+@pytest.mark.slow  # the server loads MiniLM
 def test_replay_logs_every_query_and_prints_a_summary(shared_pion_server: ServerProcess, fake_openai: FakeBackend,
                                                       tmp_path: Path) -> None:
     p = start_proxy(tmp_path, "--backend", "vllm", "--backend-url", fake_openai.url, *pion_args(shared_pion_server))

@@ -95,6 +95,7 @@ def test_an_existing_system_prompt_keeps_its_place_with_the_context_after_it(
     assert "Ilse Varnholt" in sent[0]["content"]
 
 
+@pytest.mark.slow  # the server loads MiniLM
 def test_answers_made_with_one_index_are_not_served_through_another(
         shared_pion_server: ServerProcess, fake_openai: FakeBackend, rag_proxy: ProxyProcess, kb: str,
         tmp_path: Path) -> None:
@@ -115,6 +116,7 @@ def test_answers_made_with_one_index_are_not_served_through_another(
         other.stop()
 
 
+@pytest.mark.slow  # the server loads MiniLM
 def test_a_missing_index_sends_the_request_without_context_and_says_why(
         shared_pion_server: ServerProcess, fake_openai: FakeBackend, tmp_path: Path) -> None:
     proxy = start_proxy(tmp_path, "--backend", "vllm", "--backend-url", fake_openai.url,
@@ -130,6 +132,7 @@ def test_a_missing_index_sends_the_request_without_context_and_says_why(
         proxy.stop()
 
 
+@pytest.mark.slow  # the server loads MiniLM
 def test_pion_rag_ingest_cli_indexes_files_and_rerunning_overwrites(shared_pion_server: ServerProcess,
                                                                    tmp_path: Path) -> None:
     docs = tmp_path / "docs"
