@@ -174,6 +174,10 @@ def start_binary_lane(state: ServerState) -> BinaryLane | None:
     starts it beside the RESP listener and closes it after)."""
     if state.config.binary_port == 0:
         return None
+    if state.tenants is not None and state.tenants.enabled:
+        # The lane has no per-user AUTH or key check yet: tenants would bypass their prefix.
+        log.warning("binary lane: off while --tenant/--ns-prefix confine users (docs/security.md)")
+        return None
     lane = BinaryLane(state, state.table.specs)
     lane.listen()
     return lane

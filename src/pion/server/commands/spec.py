@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pion.server.commands.access import Access
     from pion.server.context import CommandContext
 
 Handler = Callable[["CommandContext", list[bytes]], Any | Awaitable[Any]]
@@ -51,3 +52,6 @@ class CommandSpec:
     # Container commands whose verbs differ (AI.SEMANTIC_CACHE SET vs GET): the verbs, upper
     # case, that make a call a write — as if it had the "write" flag. Async handlers only.
     write_subcommands: frozenset[str] = frozenset()
+    # Which arguments are keys/namespaces, for the tenant check (commands/access.py); None =
+    # the row in access.ACCESS. The table refuses a command that has neither.
+    access: Access | None = None
