@@ -188,10 +188,10 @@ def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
 
 def admission_info_fields(state: ServerState, receipt: Receipt) -> list[tuple[str, object]]:
     """The --admission lines of KV.PREFIX.INFO (counts from ``receipt``: the tenant's own)."""
-    admission = state.admission
-    policy = "always" if admission is None else admission.policy
-    fields: list[tuple[str, object]] = [("admission_policy", policy), *receipt.admission_snapshot().items()]
-    if admission is not None and admission.two_hit:
+    admission = state.admission  # every value is an integer, as KV.PREFIX.INFO's readers expect
+    two_hit = admission is not None and admission.two_hit
+    fields: list[tuple[str, object]] = [("admission_2hit", int(two_hit)), *receipt.admission_snapshot().items()]
+    if admission is not None and two_hit:
         fields += [("admission_ghost_entries", admission.ghost_entries),
                    ("admission_ghost_evictions", admission.ghost_evictions)]
     return fields
