@@ -398,6 +398,8 @@ def cmd_admin_flushall(ctx: CommandContext, args: list[bytes]) -> Any:
     if len(args) > 1 or (args and args[0].upper() not in (b"ASYNC", b"SYNC")):
         raise CommandError(SYNTAX_ERROR)
     ctx.server.stores.flush_all()
+    if ctx.server.admission is not None:  # nothing about the old namespaces survives FLUSHALL
+        ctx.server.admission.clear()
     return OK
 
 
