@@ -139,14 +139,17 @@ def _options(blocks: BlockTable | None, layers: int | None, prefill_ms: float | 
 
 def kv_prefix_register(ns: Namespace | str, kv_dim: int, fmt: str, *, blocks: BlockTable | None = None,
                        layers: int | None = None, prefill_ms: float | None = None) -> Command[bool]:
-    """``KV.PREFIX.REGISTER``: create ``<ns>_pk``/``<ns>_pv`` in one format → True (+OK)."""
+    """``KV.PREFIX.REGISTER``: create ``<ns>_pk``/``<ns>_pv`` in one format → True (+OK), or
+    False (+DEFERRED: a server under ``--admission 2hit`` saw the namespace for the first time and
+    created nothing; store nothing, register again next time)."""
     return Command(("KV.PREFIX.REGISTER", ns, kv_dim, fmt, *_options(blocks, layers, prefill_ms)), _ok)
 
 
 def kv_prefix_register_schema(ns: Namespace | str, kv_dim: int, k_formats: Sequence[str],
                               v_formats: Sequence[str], *, blocks: BlockTable | None = None,
                               prefill_ms: float | None = None) -> Command[bool]:
-    """``KV.PREFIX.REGISTER.SCHEMA``: one format per layer and side (heterogeneous prefix) → True.
+    """``KV.PREFIX.REGISTER.SCHEMA``: one format per layer and side (heterogeneous prefix) → True
+    (+OK), or False (+DEFERRED, as for ``kv_prefix_register``).
 
     The layer count is implied by the schema, so LOOKUP waits for all layers as with LAYERS n.
     """
