@@ -139,10 +139,6 @@ def test_acl_users_and_client_list_are_the_admins(clean: tuple[redis.Redis, redi
     assert [c["user"] for c in line] == ["alice"]
 
 
-def test_binary_lane_stays_closed_while_tenants_are_configured(server: ServerProcess) -> None:
-    assert "binary lane: off while --tenant/--ns-prefix confine users" in server.log()
-
-
 def test_tenants_without_requirepass_still_require_auth(tmp_path: Path) -> None:
     proc = start_server(tmp_path, "--tenant", "alice:pa:a|")
     try:
