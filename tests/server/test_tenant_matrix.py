@@ -254,3 +254,10 @@ def test_commands_declared_open_to_tenants_name_no_data_in_their_sample() -> Non
                    if spec.access is not None and spec.access.kind in ("none", "listing")
                    and SAMPLES[name]("a|") != SAMPLES[name]("b|"))
     assert named == []
+
+
+def test_command_info_reports_the_declared_key_positions(server: ServerProcess, admin: redis.Redis) -> None:
+    info = admin.execute_command("COMMAND", "INFO", "get", "mset", "ping", "kv.prefix.drop", "ai.semantic_cache")
+    assert {name: (i["first_key_pos"], i["last_key_pos"], i["step_count"]) for name, i in info.items()} == {
+        "get": (1, 1, 1), "mset": (1, -1, 2), "ping": (0, 0, 0), "kv.prefix.drop": (1, -1, 1),
+        "ai.semantic_cache": (2, 2, 1)}

@@ -55,6 +55,17 @@ class Access:
             found.extend(args[self.rest_from::self.step])
         return found
 
+    def legacy_key_range(self) -> tuple[int, int, int]:
+        """COMMAND INFO's (first key, last key, step), counting the command name as 0 like Redis:
+        ``MSET`` is (1, -1, 2), ``GET`` (1, 1, 1), a command without keys (0, 0, 0). Keys that the
+        triple cannot express (KV.PREFIX.WARM's optional 4th argument) are left to the first."""
+        if self.kind != "keys":
+            return 0, 0, 0
+        if self.rest_from >= 0:
+            return (self.positions[0] if self.positions else self.rest_from) + 1, -1, self.step
+        first = self.positions[0] + 1
+        return first, first, 1
+
     def refusal(self, tenant: Tenant, name: str, args: list[bytes]) -> str | None:
         """None when ``tenant`` may run this call; else the -NOPERM message."""
         kind = self.kind

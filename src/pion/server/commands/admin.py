@@ -204,7 +204,8 @@ def _client_list(ctx: CommandContext, rest: list[bytes]) -> str:
 # ---- COMMAND ---------------------------------------------------------------------------------
 def _command_info(spec: CommandSpec) -> list[Any]:
     flags = sorted(spec.flags - {"noauth"}) + (["no_auth"] if "noauth" in spec.flags else [])
-    return [spec.name.lower(), spec.arity, [SimpleString(f) for f in flags], 0, 0, 0, [], [], [],
+    first, last, step = spec.access.legacy_key_range() if spec.access is not None else (0, 0, 0)
+    return [spec.name.lower(), spec.arity, [SimpleString(f) for f in flags], first, last, step, [], [], [],
             []]
 
 
