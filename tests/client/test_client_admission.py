@@ -1,6 +1,7 @@
 """Clients honour +DEFERRED (pion-server --admission 2hit): the prefix transport sends no rows for
-a deferred prefix, PionPromptCache and pion-llm's segment store keep their local prefill and count
-the deferral, and the second sighting is stored as usual."""
+a deferred prefix, PionPromptCache (hybrids too) and pion-llm's segment store keep their local
+prefill and count the deferral, the second sighting is stored as usual, and a RAG chunk ingest
+(``ADMIT``) is never deferred."""
 
 from __future__ import annotations
 
@@ -76,3 +77,38 @@ def test_prompt_cache_prefills_locally_on_deferred_then_stores_then_hits(
             pc.get_or_prefill(ids)
         stats = pc.stats()
     assert (stats["misses"], stats["hits"], stats["deferred"], stats["store_failures"]) == (2, 1, 1, 0)
+
+
+def test_rag_chunk_ingest_is_never_deferred(two_hit_server: ServerProcess) -> None:
+    from pion.client.chunk_store import ChunkKv, PionChunkStore
+
+    keys, values = _segment(5)
+    chunk = ChunkKv([k.unsqueeze(0) for k in keys], [v.unsqueeze(0) for v in values], [1, 2, 3, 4, 5], 0)
+    with PionClient(port=two_hit_server.port) as client:
+        store = PionChunkStore(client, SHAPE, "fp16")
+        store.put("chunk-1", chunk)  # type: ignore[arg-type]
+        [got] = store.get_many([("chunk-1", 0)])  # type: ignore[list-item]
+    assert got is not None
+    assert torch.equal(got.keys[1][0], keys[1].half().float()) is True
+
+
+@pytest.mark.slow  # transformers + a tiny Jamba: ~20 s on the loaded 2-core box
+def test_a_hybrid_prefix_deferred_keeps_nothing_and_counts_a_deferral(
+        two_hit_server: ServerProcess, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from support.hybrid_models import save_tiny
+
+    model = AutoModelForCausalLM.from_pretrained(save_tiny("jamba", tmp_path / "jamba")).eval()
+    prefix = list(range(3, 20))
+    with PionPromptCache(model, vquant="fp32", port=two_hit_server.port) as pc:
+        pc.get_or_prefill(prefix)
+        ns = pc.namespace_for(prefix)
+        assert pc.client is not None
+        held = (pc.client.redis.execute_command("V.LIST", f"{ns}*"),
+                pc.client.redis.execute_command("SSM.PREFIX.FETCH", ns, 0))
+        pc.get_or_prefill(prefix)
+        pc.get_or_prefill(prefix)
+        stats = pc.stats()
+    assert held == ([], None)
+    assert (stats["deferred"], stats["store_failures"], stats["hits"], stats["misses"]) == (1, 0, 1, 2)

@@ -106,3 +106,10 @@ def test_admission_policy_unit_contract() -> None:
     assert policy.should_defer("c", held=False) is True  # evicts "a" (window 1)
     assert (policy.ghost_entries, policy.ghost_evictions) == (1, 1)
     assert Admission("always").should_defer("x", held=False) is False
+
+
+def test_admit_registers_at_once_under_2hit(r: redis.Redis) -> None:
+    assert r.execute_command("KV.PREFIX.REGISTER", "ingest", "4", "fp16", "LAYERS", "1", "ADMIT") == b"OK"
+    assert r.execute_command("KV.PREFIX.REGISTER.SCHEMA", "ingest2", "4", "1", "fp16", "fp16", "ADMIT") == b"OK"
+    info = prefix_info(r)
+    assert (info["registered_prefixes"], info["admission_deferred"], info["admission_ghost_entries"]) == (2, 0, 0)

@@ -155,21 +155,25 @@ class PrefixTransport:
     # ---- store ---------------------------------------------------------------------------------
 
     def queue_store(self, pipe: PionPipeline, ns: Namespace | str, rows: RowSource, *,
-                    blocks: BlockTable | None = None, prefill_ms: float | None = None) -> int:
-        """Queue the register and every layer's rows; returns the bytes queued."""
-        self.queue_register(pipe, ns, blocks=blocks, prefill_ms=prefill_ms)
+                    blocks: BlockTable | None = None, prefill_ms: float | None = None,
+                    admit: bool = False) -> int:
+        """Queue the register and every layer's rows in one pipeline; returns the bytes queued.
+
+        For a cache fill prefer ``store`` (a deferred register would fail the rows); ``admit``
+        makes the register bypass the server's admission policy (an explicit ingest)."""
+        self.queue_register(pipe, ns, blocks=blocks, prefill_ms=prefill_ms, admit=admit)
         return self.queue_rows(pipe, ns, rows)
 
     def queue_register(self, pipe: PionPipeline, ns: Namespace | str, *, blocks: BlockTable | None = None,
-                       prefill_ms: float | None = None) -> None:
+                       prefill_ms: float | None = None, admit: bool = False) -> None:
         """Queue the prefix's KV.PREFIX.REGISTER[.SCHEMA] (its reply: True +OK, False +DEFERRED)."""
         shape, formats = self.shape, self.formats
         if formats.schema:
             pipe.kv_prefix_register_schema(ns, shape.kv_dim, formats.k, formats.v, blocks=blocks,
-                                           prefill_ms=prefill_ms)
+                                           prefill_ms=prefill_ms, admit=admit)
         else:
             pipe.kv_prefix_register(ns, shape.kv_dim, formats.k[0], blocks=blocks, layers=shape.n_layers,
-                                    prefill_ms=prefill_ms)
+                                    prefill_ms=prefill_ms, admit=admit)
 
     def queue_rows(self, pipe: PionPipeline, ns: Namespace | str, rows: RowSource) -> int:
         """Queue one V.STOREBATCH per layer and side of a registered prefix; returns the bytes queued."""

@@ -1,9 +1,9 @@
 """KV.PREFIX.* commands: a prompt prefix as a pair of V-store sessions ``<ns>_pk`` / ``<ns>_pv``.
 
   KV.PREFIX.REGISTER <ns> <kv_dim> <fmt> [BLOCKS <block_size> <hash_count> <hash_blob>]
-                     [LAYERS <n>] [PREFILL_MS <ms>]                                   -> +OK
+                     [LAYERS <n>] [PREFILL_MS <ms>] [ADMIT]                 -> +OK | +DEFERRED
   KV.PREFIX.REGISTER.SCHEMA <ns> <kv_dim> <n_layers> <k_fmt_0..n-1> <v_fmt_0..n-1>
-                     [BLOCKS ...] [PREFILL_MS <ms>]                                   -> +OK
+                     [BLOCKS ...] [PREFILL_MS <ms>] [ADMIT]                 -> +OK | +DEFERRED
   KV.PREFIX.LOOKUP <ns> [TOKENS <n>] [PREFILL_MS <ms>]                               -> +HIT | +MISS
   KV.PREFIX.DROP <ns> [<ns> ...]                                                     -> :<dropped>
   KV.PREFIX.BLOCKS <ns>                     -> bulk [u32 block_size][u32 count][u64 hashes] | +UNKNOWN
@@ -12,7 +12,8 @@
 
 Under ``--admission 2hit`` (server/admission.py) both REGISTER forms answer ``+DEFERRED`` the
 first time a namespace is seen: nothing is created, the client prefills locally and stores
-nothing; the next REGISTER of that namespace answers ``+OK``. A connection confined to a tenant
+nothing; the next REGISTER of that namespace answers ``+OK``. ``ADMIT`` skips the policy: for
+an explicit ingest (a RAG chunk pack) rather than a cache fill. A connection confined to a tenant
 sees only its own prefixes in KV.PREFIX.INFO (server/tenants.py).
 
 LAYERS (and REGISTER.SCHEMA, where it is implied) are Pion extensions (docs/design.md): LOOKUP then
@@ -70,6 +71,9 @@ def parse_register_options(args: list[bytes], i: int, allow_layers: bool) -> dic
         elif opt == "PREFILL_MS":
             opts["prefill_ms"] = parse_ms(need_value(args, i, 1, "PREFILL_MS")[0], "PREFILL_MS")
             i += 2
+        elif opt == "ADMIT":  # bypass --admission 2hit (an explicit ingest, not a cache fill)
+            opts["admit"] = True
+            i += 1
         else:
             raise syntax_error(args[i])
     return opts
@@ -78,7 +82,7 @@ def parse_register_options(args: list[bytes], i: int, allow_layers: bool) -> dic
 def cmd_kvprefix_register(ctx: CommandContext, args: list[bytes]) -> object:
     ns, kv_dim, fmt = word(args[0]), parse_kv_dim(args[1]), parse_format(args[2])
     opts = parse_register_options(args, 3, allow_layers=True)
-    if _deferred(ctx, ns):
+    if not opts.pop("admit", False) and _deferred(ctx, ns):
         return DEFERRED
     ctx.server.stores.vstore.register_prefix(ns, kv_dim, (fmt,), (fmt,), True, **opts)  # type: ignore[arg-type]
     _admitted(ctx, ns)
@@ -108,7 +112,7 @@ def cmd_kvprefix_register_schema(ctx: CommandContext, args: list[bytes]) -> obje
                            f"(K then V), got {len(args) - 3}")
     formats = tuple(parse_format(a) for a in args[3:3 + 2 * n_layers])
     opts = parse_register_options(args, 3 + 2 * n_layers, allow_layers=False)
-    if _deferred(ctx, ns):
+    if not opts.pop("admit", False) and _deferred(ctx, ns):
         return DEFERRED
     ctx.server.stores.vstore.register_prefix(ns, kv_dim, formats[:n_layers], formats[n_layers:], False,
                                           **opts)  # type: ignore[arg-type]
