@@ -33,7 +33,7 @@ from pion.client.prefix_transport import LayerFormats, PrefixTransport, stacked_
 from pion.client.runtimes.transformers_kv import KvShape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ttft_workload import _free_port as free_port  # noqa: E402 - the benchmarks' one port picker
+from ttft_workload import _free_port as free_port  # the benchmarks' one port picker, imported after the path
 
 SHAPE = KvShape(n_layers=2, n_kv_heads=2, head_dim=32)  # kv_dim 64
 N_TOKENS = 32  # fp16: 2 sides x 2 layers x 32 tokens x 64 x 2 B = 16 KiB per prefix
