@@ -16,6 +16,10 @@ Family module convention (``commands/table.py`` lists the modules explicitly):
                                     optional; INFO sections (name -> fields), merged
                                     into INFO in family order (e.g. ``"Pion"``).
 
+Every command also says which of its arguments are keys, sessions or namespaces (``access``,
+see ``commands/access.py``): the dispatcher checks a tenant's call against it before the
+handler runs, and the table refuses to build without it.
+
 Handlers reach the worker's parts through ``ctx.server`` (a typed ``ServerState``:
 ``stores``, ``receipt``, ``embedder``, ``persist``, ``table``, ``network``); start-up,
 recovery and shutdown are ``pion.server.state``'s, not a family's.
