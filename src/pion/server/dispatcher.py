@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pion.common.errors import CommandError, clip_for_echo
 from pion.server.commands.spec import CommandSpec, Handler
-from pion.server.context import CommandContext
+from pion.server.context import ClientState, CommandContext
 from pion.server.resp.encoder import BULK_HEADS, OK_BYTES, encode_error, encode_reply
 from pion.server.resp.replies import OK
 from pion.server.slowlog import DEFAULT_MAX_LEN, SlowLogRing, take_untimed_s
@@ -205,7 +205,8 @@ class Dispatcher:
         if elapsed > self.slow_s:
             self.log_slow(ctx, request, elapsed)
 
-    def _refused_for_tenant(self, entry: _Entry, client: Any, request: list[bytes], out: list[Any]) -> bool:
+    def _refused_for_tenant(self, entry: _Entry, client: ClientState, request: list[bytes],
+                            out: list[Any]) -> bool:
         """-NOPERM when a confined connection names another prefix's data (nothing runs)."""
         tenant = client.tenant
         if tenant is None:

@@ -139,8 +139,8 @@ def _client_line(client: ClientState, conn: Any) -> str:
             f"age={int(now - client.created_at)} idle={idle} flags=N db={client.db} "
             f"sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 "
             f"obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={client.last_command or 'NULL'} "
-            f"user={client.tenant.name if client.tenant else 'default'} redir=-1 resp={client.protocol} lib-name={client.lib_name} "
-            f"lib-ver={client.lib_ver}")
+            f"user={client.tenant.name if client.tenant else 'default'} redir=-1 resp={client.protocol} "
+            f"lib-name={client.lib_name} lib-ver={client.lib_ver}")
 
 
 def cmd_admin_client(ctx: CommandContext, args: list[bytes]) -> Any:
