@@ -69,8 +69,8 @@ def test_a_stored_prefix_restores_to_what_the_server_decodes(fmt: str, shared_pi
     keys, values = _segment(5, seed=1)
     with PionClient(port=shared_pion_server.port) as client:
         raw = PrefixTransport(client, SHAPE, LayerFormats.uniform(fmt, SHAPE.n_layers))
-        errors, nbytes = raw.store(Namespace(f"t-{fmt}"), stacked_rows(keys, values))
-        assert (errors, nbytes) == ([], 2 * 3 * 5 * 64 * (4 if fmt == "fp32" else 2))
+        outcome = raw.store(Namespace(f"t-{fmt}"), stacked_rows(keys, values))
+        assert outcome == ([], 2 * 3 * 5 * 64 * (4 if fmt == "fp32" else 2), False)
         assert client.kv_prefix_lookup(f"t-{fmt}") is True
         k_raw, v_raw = _stacked(raw.restore(f"t-{fmt}", 5))
         server_side = PrefixTransport(client, SHAPE, LayerFormats.uniform(fmt, SHAPE.n_layers), restore_dtype="f16")

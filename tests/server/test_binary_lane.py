@@ -154,3 +154,19 @@ def test_binary_port_zero_turns_the_lane_off(tmp_path: Path) -> None:
             assert r.info("server")["binary_port"] == 0
     finally:
         proc.stop()
+
+
+def test_tenants_authenticate_on_the_lane_and_stay_inside_their_prefix(tmp_path: Path) -> None:
+    lane_port = free_port()
+    proc = start_server(tmp_path / "d", "--binary-port", str(lane_port), "--tenant", "alice:pa:a|")
+    try:
+        with connect(lane_port) as sock:
+            assert call(sock, CMD_PING, [])[::2] == (STATUS_NOAUTH, b"NOAUTH Authentication required.")
+            assert call(sock, CMD_AUTH, [b"alice", b"pb"])[::2] == (
+                STATUS_ERR, b"WRONGPASS invalid username-password pair or user is disabled.")
+            assert call(sock, CMD_AUTH, [b"alice", b"pa"])[::2] == (STATUS_OK, b"OK")
+            assert call(sock, CMD_ATTEND_PREFIX_LOOKUP, [b"b|att", b"0"])[::2] == (
+                STATUS_ERR, b"NOPERM No permissions to access a key")
+            assert call(sock, CMD_ATTEND_PREFIX_LOOKUP, [b"a|att", b"0"])[::2] == (STATUS_OK, b"MISS")
+    finally:
+        proc.stop()

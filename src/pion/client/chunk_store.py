@@ -103,7 +103,7 @@ class PionChunkStore:
 
         pipe = self.client.pipeline()
         pipe.kv_prefix_drop(ns)
-        self.transport.queue_store(pipe, ns, rows)
+        self.transport.queue_store(pipe, ns, rows, admit=True)  # an ingest, not a cache fill: never deferred
         pipe.key_set(_ids_key(ns), np.asarray(chunk.token_ids, dtype="<u4").tobytes())
         errors = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, Exception)]
         if errors:

@@ -126,8 +126,9 @@ def _vector(blob: Any) -> np.ndarray:
 
 # ---- prefix directory -------------------------------------------------------------------------
 
-def _options(blocks: BlockTable | None, layers: int | None, prefill_ms: float | None) -> list[Any]:
-    opts: list[Any] = []
+def _options(blocks: BlockTable | None, layers: int | None, prefill_ms: float | None,
+             admit: bool = False) -> list[Any]:
+    opts: list[Any] = ["ADMIT"] if admit else []
     if blocks is not None and blocks.hashes:
         opts += ["BLOCKS", blocks.block_size, len(blocks.hashes), blocks.blob()]
     if layers is not None:
@@ -138,22 +139,27 @@ def _options(blocks: BlockTable | None, layers: int | None, prefill_ms: float | 
 
 
 def kv_prefix_register(ns: Namespace | str, kv_dim: int, fmt: str, *, blocks: BlockTable | None = None,
-                       layers: int | None = None, prefill_ms: float | None = None) -> Command[bool]:
-    """``KV.PREFIX.REGISTER``: create ``<ns>_pk``/``<ns>_pv`` in one format → True (+OK)."""
-    return Command(("KV.PREFIX.REGISTER", ns, kv_dim, fmt, *_options(blocks, layers, prefill_ms)), _ok)
+                       layers: int | None = None, prefill_ms: float | None = None,
+                       admit: bool = False) -> Command[bool]:
+    """``KV.PREFIX.REGISTER``: create ``<ns>_pk``/``<ns>_pv`` in one format → True (+OK), or
+    False (+DEFERRED: a server under ``--admission 2hit`` saw the namespace for the first time and
+    created nothing; store nothing, register again next time). ``admit`` sends ``ADMIT``: an
+    explicit ingest the admission policy must not defer."""
+    return Command(("KV.PREFIX.REGISTER", ns, kv_dim, fmt, *_options(blocks, layers, prefill_ms, admit)), _ok)
 
 
 def kv_prefix_register_schema(ns: Namespace | str, kv_dim: int, k_formats: Sequence[str],
                               v_formats: Sequence[str], *, blocks: BlockTable | None = None,
-                              prefill_ms: float | None = None) -> Command[bool]:
-    """``KV.PREFIX.REGISTER.SCHEMA``: one format per layer and side (heterogeneous prefix) → True.
+                              prefill_ms: float | None = None, admit: bool = False) -> Command[bool]:
+    """``KV.PREFIX.REGISTER.SCHEMA``: one format per layer and side (heterogeneous prefix) → True
+    (+OK), or False (+DEFERRED, as for ``kv_prefix_register``).
 
     The layer count is implied by the schema, so LOOKUP waits for all layers as with LAYERS n.
     """
     if len(k_formats) != len(v_formats) or not k_formats:
         raise ValueError("k_formats and v_formats need the same, non-zero number of layers")
     return Command(("KV.PREFIX.REGISTER.SCHEMA", ns, kv_dim, len(k_formats), *k_formats, *v_formats,
-                    *_options(blocks, None, prefill_ms)), _ok)
+                    *_options(blocks, None, prefill_ms, admit)), _ok)
 
 
 def kv_prefix_lookup(ns: Namespace | str, *, tokens: int | None = None,

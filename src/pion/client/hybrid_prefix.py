@@ -16,6 +16,9 @@ Wire layout of one prefix ``ns`` (the attention half is PionPromptCache's usual 
 Store is one pipelined round trip with the state first, so a LOOKUP that answers +HIT (all
 attention layers present) never sees a prefix whose state is still missing. Restore is one
 pipelined round trip: two ``V.MFETCH`` and one ``SSM.PREFIX.MFETCH`` of every model layer.
+Under ``--admission 2hit`` the register may answer ``+DEFERRED``: the rows in the same pipeline
+are then refused (no sessions) and the state is dropped again, so nothing is kept; the cache
+counts a deferral, not a failure (keeping the one round trip costs the rows' wire bytes once).
 The attention half goes through the shared ``pion.client.prefix_transport`` (the
 ``PrefixTransport`` of the ``PionPromptCache``, over the attention layers only): its register,
 wire dtypes and decoding (``restore_dtype``) are those of every other prefix; this module adds
@@ -148,7 +151,8 @@ class HybridPrefixTransport:
                              f"the cache holds {cache.get_seq_length()} tokens, the prefix {n}")
         pipe = transport.client.pipeline()
         nbytes = 0
-        for i, blob in self.state_blobs(cache).items():
+        blobs = self.state_blobs(cache)
+        for i, blob in blobs.items():
             pipe.ssm_prefix_store(ns, i, blob)
             nbytes += len(blob)
         if self.attention_layers:
@@ -160,7 +164,7 @@ class HybridPrefixTransport:
             nbytes += transport.queue_store(pipe, ns, rows, prefill_ms=prefill_ms)
         else:
             pipe.kv_prefix_register(ns, 1, "fp32", prefill_ms=prefill_ms)
-        return _finish_store(pc, ns, pipe, t0, nbytes)
+        return _finish_store(pc, ns, pipe, t0, nbytes, register_at=len(blobs))
 
     def restore(self, pc: PionPromptCache, transport: PrefixTransport, ns: Namespace | str, n_tokens: int,
                 lookup_ms: float) -> Any:
@@ -203,12 +207,22 @@ class HybridPrefixTransport:
         return cache
 
 
-def _finish_store(pc: PionPromptCache, ns: Namespace | str, pipe: PionPipeline, t0: float, nbytes: int) -> bool:
-    """Send the queued writes; count them, or warn and count a failure (the prefix stays local)."""
+def _finish_store(pc: PionPromptCache, ns: Namespace | str, pipe: PionPipeline, t0: float, nbytes: int,
+                  register_at: int) -> bool:
+    """Send the queued writes; count them, or warn and count a failure (the prefix stays local).
+    ``register_at`` is the index of the register's reply: False there is +DEFERRED."""
     try:
         replies = pipe.execute(raise_on_error=False)
     except redis.RedisError as exc:
         replies = [exc]
+    if len(replies) > register_at and replies[register_at] is False:
+        try:  # deferred: the state stored ahead of the register is of no use on its own
+            if pc.client is not None:
+                pc.client.ssm_prefix_drop(ns)
+        except redis.RedisError as exc:
+            logger.warning("dropping the state of deferred prefix %s failed: %s", ns, exc)
+        pc._stats.deferred += 1
+        return False
     errors = [r for r in replies if isinstance(r, Exception)]
     if errors:
         pc._stats.store_failures += 1

@@ -5,7 +5,11 @@ Both users go through it: ``PionPromptCache`` (one namespace per prefix) and pio
 
 * ``queue_store(pipe, ns, rows, n_tokens, ...)`` / ``store(...)`` — after a prefill, once per new
   prefix or segment. Queues ``KV.PREFIX.REGISTER`` (``.SCHEMA`` when the layer formats differ)
-  and one ``V.STOREBATCH`` per layer and side; ``store`` sends them in one round trip. Rows travel
+  and one ``V.STOREBATCH`` per layer and side. ``store`` sends the register first, on its own,
+  and the rows only once it is admitted: a server under ``--admission 2hit`` answers a
+  namespace's first register ``+DEFERRED``, and then nothing is sent (``StoreOutcome.deferred``;
+  the caller keeps its local prefill). The extra round trip (~0.1 ms on loopback) rides on a
+  cold path that has just run a whole prefill. Rows travel
   as fp16 (fp32 for an fp32 session: every other format is at most fp16-precise) and the server
   encodes them in the storage format. LOOKUP answers +HIT only after every layer is stored.
 * ``queue_fetch(pipe, ns, n_tokens)`` + ``decode(k_reply, v_reply, n_tokens)`` / ``restore(ns, n)``
@@ -29,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -81,6 +85,15 @@ class LayerFormats:
 
     def of(self, side: Side) -> tuple[str, ...]:
         return self.k if side == "k" else self.v
+
+
+class StoreOutcome(NamedTuple):
+    """What ``PrefixTransport.store`` did: the refused commands' errors, the row bytes sent, and
+    whether the server deferred the prefix (``+DEFERRED``: nothing was sent or stored)."""
+
+    errors: list[Exception]
+    nbytes: int
+    deferred: bool = False
 
 
 def store_wire_dtype(fmt: str) -> StoreDtype:
@@ -142,15 +155,29 @@ class PrefixTransport:
     # ---- store ---------------------------------------------------------------------------------
 
     def queue_store(self, pipe: PionPipeline, ns: Namespace | str, rows: RowSource, *,
-                    blocks: BlockTable | None = None, prefill_ms: float | None = None) -> int:
-        """Queue the register and every layer's rows; returns the bytes queued."""
+                    blocks: BlockTable | None = None, prefill_ms: float | None = None,
+                    admit: bool = False) -> int:
+        """Queue the register and every layer's rows in one pipeline; returns the bytes queued.
+
+        For a cache fill prefer ``store`` (a deferred register would fail the rows); ``admit``
+        makes the register bypass the server's admission policy (an explicit ingest)."""
+        self.queue_register(pipe, ns, blocks=blocks, prefill_ms=prefill_ms, admit=admit)
+        return self.queue_rows(pipe, ns, rows)
+
+    def queue_register(self, pipe: PionPipeline, ns: Namespace | str, *, blocks: BlockTable | None = None,
+                       prefill_ms: float | None = None, admit: bool = False) -> None:
+        """Queue the prefix's KV.PREFIX.REGISTER[.SCHEMA] (its reply: True +OK, False +DEFERRED)."""
         shape, formats = self.shape, self.formats
         if formats.schema:
             pipe.kv_prefix_register_schema(ns, shape.kv_dim, formats.k, formats.v, blocks=blocks,
-                                           prefill_ms=prefill_ms)
+                                           prefill_ms=prefill_ms, admit=admit)
         else:
             pipe.kv_prefix_register(ns, shape.kv_dim, formats.k[0], blocks=blocks, layers=shape.n_layers,
-                                    prefill_ms=prefill_ms)
+                                    prefill_ms=prefill_ms, admit=admit)
+
+    def queue_rows(self, pipe: PionPipeline, ns: Namespace | str, rows: RowSource) -> int:
+        """Queue one V.STOREBATCH per layer and side of a registered prefix; returns the bytes queued."""
+        formats = self.formats
         nbytes = 0
         sides: tuple[tuple[Side, str], ...] = (("k", k_session(ns)), ("v", v_session(ns)))
         for side, sid in sides:
@@ -163,15 +190,24 @@ class PrefixTransport:
         return nbytes
 
     def store(self, ns: Namespace | str, rows: RowSource, *, blocks: BlockTable | None = None,
-              prefill_ms: float | None = None) -> tuple[list[Exception], int]:
-        """Register and store one prefix in one round trip: (the failed commands' errors, bytes sent).
+              prefill_ms: float | None = None) -> StoreOutcome:
+        """Register one prefix, then store its rows if the server admitted it (two round trips).
 
-        A connection failure raises (redis.RedisError); a refused command comes back in the list.
+        A connection failure raises (redis.RedisError); a refused command comes back in
+        ``errors``; a ``+DEFERRED`` register (``--admission 2hit``) returns ``deferred=True`` with
+        nothing sent. Called once per new prefix, after its prefill.
         """
         pipe = self.client.pipeline()
-        nbytes = self.queue_store(pipe, ns, rows, blocks=blocks, prefill_ms=prefill_ms)
+        self.queue_register(pipe, ns, blocks=blocks, prefill_ms=prefill_ms)
+        (admitted,) = pipe.execute(raise_on_error=False)
+        if isinstance(admitted, Exception):
+            return StoreOutcome([admitted], 0)
+        if admitted is False:
+            return StoreOutcome([], 0, deferred=True)
+        pipe = self.client.pipeline()
+        nbytes = self.queue_rows(pipe, ns, rows)
         replies = pipe.execute(raise_on_error=False)
-        return [r for r in replies if isinstance(r, Exception)], nbytes
+        return StoreOutcome([r for r in replies if isinstance(r, Exception)], nbytes)
 
     # ---- restore -------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ class PromptCacheStats:
     misses: int = 0
     fallbacks: int = 0
     store_failures: int = 0
+    deferred: int = 0  # stores the server deferred (--admission 2hit): prefilled here, not stored
     fetch_ms_total: float = 0.0
     store_ms_total: float = 0.0
     prefill_ms_total: float = 0.0
@@ -238,10 +239,13 @@ class PionPromptCache:
             return layer_rows(cache, layer, side, n, dtype)
 
         try:
-            errors, nbytes = self._transport.store(ns, rows, blocks=block_table(ids, self.block_size),
-                                                   prefill_ms=prefill_ms)
+            errors, nbytes, deferred = self._transport.store(ns, rows, blocks=block_table(ids, self.block_size),
+                                                             prefill_ms=prefill_ms)
         except redis.RedisError as exc:
-            errors, nbytes = [exc], 0
+            errors, nbytes, deferred = [exc], 0, False
+        if deferred:  # +DEFERRED: the server admits this prefix on its next sighting; keep it local
+            self._stats.deferred += 1
+            return False
         if errors:
             self._stats.store_failures += 1
             logger.warning("storing prefix %s on pion-server failed (%d errors, first: %s); it stays local",
@@ -284,6 +288,7 @@ class PionPromptCache:
                 "fetch_ms_total": s.fetch_ms_total, "store_ms_total": s.store_ms_total,
                 "prefill_ms_total": s.prefill_ms_total, "bytes_fetched": s.bytes_fetched,
                 "bytes_stored": s.bytes_stored, "fallbacks": s.fallbacks, "store_failures": s.store_failures,
+                "deferred": s.deferred,
                 "local_only": self.local_only, "last_restore_ms": dict(s.last_restore_ms),
                 "cold_rehydrates_observed": self.cold_rehydrates_observed}
 

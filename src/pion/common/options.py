@@ -46,6 +46,8 @@ class Option:
         switch: for a flag that takes no value, the text it stands for (``"yes"``, or ``"no"``
             for a ``--no-x`` flag that turns a field off); None for a flag with a value.
         env_prefix: the program's prefix (``PION_``, ``PION_LLM_``, ``PION_SERVE_``).
+        repeat: the flag may be given several times (``--tenant a:.. --tenant b:..``); the
+            values reach ``parse`` joined by single spaces, as the environment form spells them.
     """
 
     flags: tuple[str, ...]
@@ -54,6 +56,7 @@ class Option:
     help: str
     switch: str | None = None
     env_prefix: str = "PION_"
+    repeat: bool = False
 
     @property
     def env_name(self) -> str:
@@ -70,6 +73,9 @@ def build_arg_parser(prog: str, description: str, options: Sequence[Option], ver
         if opt.switch is not None:
             parser.add_argument(*opt.flags, dest=opt.field, action="store_const", const=opt.switch,
                                 default=None, help=opt.help + env_help)
+        elif opt.repeat:
+            parser.add_argument(*opt.flags, dest=opt.field, default=None, metavar="VALUE",
+                                action="append", help=opt.help + " (repeatable)" + env_help)
         else:
             parser.add_argument(*opt.flags, dest=opt.field, default=None, metavar="VALUE",
                                 help=opt.help + env_help)
@@ -89,7 +95,9 @@ def load_options(prog: str, description: str, options: Sequence[Option], argv: S
     args = parser.parse_args(list(argv) if argv is not None else None)
     values: dict[str, Any] = {}
     for opt in options:
-        raw: str | None = getattr(args, opt.field, None)
+        raw: str | list[str] | None = getattr(args, opt.field, None)
+        if isinstance(raw, list):
+            raw = " ".join(raw)
         key = opt.flags[-1] if opt.flags else ""
         if raw is None and opt.env_name in environ:
             raw, key = environ[opt.env_name], opt.env_name

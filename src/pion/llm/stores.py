@@ -115,6 +115,7 @@ class PionSegmentStore:
         self._last_error: str | None = None
         self._last_attempt = 0.0
         self._lock = threading.Lock()  # status() is read from the event loop
+        self.deferred = 0  # segments the server deferred (--admission 2hit): served uncached, not stored
         self._connect()
 
     # -- connection ------------------------------------------------------------------------------
@@ -193,10 +194,14 @@ class PionSegmentStore:
         if transport is None:
             return False
         try:
-            errors, _ = transport.store(link.namespace, stacked_rows(rows.keys, rows.values),
-                                        prefill_ms=rows.prefill_ms)
+            errors, _, deferred = transport.store(link.namespace, stacked_rows(rows.keys, rows.values),
+                                                  prefill_ms=rows.prefill_ms)
         except Exception as exc:
             self._mark_down(exc)
+            return False
+        if deferred:  # --admission 2hit: admitted on the segment's next sighting; served uncached now
+            with self._lock:
+                self.deferred += 1
             return False
         if errors:
             logger.warning("storing segment %s failed: %s", link.namespace, errors[0])
@@ -221,7 +226,7 @@ class PionSegmentStore:
             up = self._client is not None
             error = self._last_error
         out: dict[str, Any] = {"backend": "pion-server", "address": self.address,
-                               "status": "ok" if up else "unavailable"}
+                               "status": "ok" if up else "unavailable", "deferred": self.deferred}
         if not up:
             out["warning"] = f"pion-server unavailable, serving uncached: {error}"
         return out

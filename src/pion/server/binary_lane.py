@@ -4,8 +4,9 @@ Framing is ``pion.common.binary_frames`` (magic 0xCA5E). No RESP parsing: a fram
 handed to the same handlers the RESP commands use, so answers and errors are identical; only
 the envelope differs. Replies are written as header + body in one scatter-gather write.
 
-Rules: the same password as the RESP port (a password-protected server answers
-``STATUS_NOAUTH`` until an AUTH frame succeeds); a frame that is not ours (bad magic/version,
+Rules: the same users as the RESP port (a password-protected server, or one with ``--tenant``,
+answers ``STATUS_NOAUTH`` until an AUTH frame — ``[password]`` or ``[user, password]`` —
+succeeds), and the same tenant key check (``commands/access.py``: ``NOPERM`` in an ERR reply); a frame that is not ours (bad magic/version,
 lengths that do not add up, a body over ``--client-query-buffer-limit``) gets one ERR reply and
 the connection is closed; an unknown command byte gets an ERR reply and the connection stays.
 ``--binary-port`` moves it, ``0`` turns it off; a port that cannot be bound is logged and the
@@ -43,7 +44,7 @@ class BinaryConnection(asyncio.Protocol):
         self.lane = lane
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
-        self.client = ClientState(client_id=-1, authenticated=lane.password is None)
+        self.client = ClientState(client_id=-1, authenticated=not lane.state.dispatcher.auth_required)
         self.ctx = CommandContext(server=lane.state, client=self.client)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -113,6 +114,7 @@ class BinaryLane:
             n_words = len(fields) + 1
             if (n_words != spec.arity) if spec.arity > 0 else (n_words < -spec.arity):
                 raise arity_error(spec.name)
+            self._check_tenant(ctx, spec, fields)
             return STATUS_OK, _body(spec.handler(ctx, fields))
         except CommandError as exc:
             return STATUS_BY_CODE.get(exc.code, STATUS_ERR), exc.wire()
@@ -120,9 +122,31 @@ class BinaryLane:
             log.exception("binary-lane command %s failed", name)
             return STATUS_ERR, f"ERR internal error in '{name}'".encode()
 
+    def _check_tenant(self, ctx: CommandContext, spec: CommandSpec, fields: list[bytes]) -> None:
+        """The RESP dispatcher's tenant check (server/tenants.py), for the lane's frames."""
+        tenants = self.state.tenants
+        if tenants is None or not tenants.enabled:
+            return
+        tenant = ctx.client.tenant or tenants.default_tenant
+        if tenant is None:
+            return
+        access = spec.access
+        message = ("this command has no access spec" if access is None
+                   else access.refusal(tenant, spec.name.lower(), fields))
+        if message is not None:
+            raise CommandError(message, code="NOPERM")
+
     def _auth(self, ctx: CommandContext, fields: list[bytes]) -> tuple[int, bytes]:
         if len(fields) not in (1, 2):
             raise arity_error("auth")
+        tenants = self.state.tenants
+        if tenants is not None and tenants.by_name:
+            try:
+                ctx.client.tenant = tenants.authenticate(b"default" if len(fields) == 1 else fields[0], fields[-1])
+            except LookupError:
+                raise CommandError("invalid username-password pair or user is disabled.", code="WRONGPASS") from None
+            ctx.client.authenticated = True
+            return STATUS_OK, b"OK"
         if self.password is None:
             raise CommandError("AUTH <password> called without any password configured for the default user. "
                                "Are you sure your configuration is correct?")
@@ -130,6 +154,8 @@ class BinaryLane:
         if not (user_ok and hmac.compare_digest(fields[-1], self.password.encode())):
             raise CommandError("invalid username-password pair or user is disabled.", code="WRONGPASS")
         ctx.client.authenticated = True
+        if tenants is not None:  # --ns-prefix: the default user stays confined
+            ctx.client.tenant = tenants.default_tenant
         return STATUS_OK, b"OK"
 
     def listen(self) -> None:

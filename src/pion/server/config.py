@@ -25,6 +25,7 @@ from pion.common.options import (Option, load_options, parse_bool, parse_byte_si
                                  parse_int, parse_optional_text, parse_path, parse_positive_size, parse_text)
 from pion.common.options import build_arg_parser as build_arg_parser_for
 from pion.common.ports import PION_SERVER_PORT
+from pion.server.tenants import TenantSpec, parse_tenants
 
 DEFAULT_PORT = PION_SERVER_PORT
 __all__ = ["DEFAULT_PORT", "LOG_LEVELS", "OPTIONS", "ServerConfig", "build_arg_parser", "load_config",
@@ -58,6 +59,10 @@ class ServerConfig:
     wal_repair: bool = False  # cut a damaged WAL at the damage instead of refusing to start
     binary_port: int = -1  # ATTEND binary fast lane: -1 = port + 1, 0 = off
     attention_threads: int = 1  # torch intra-op threads for ATTEND kernels (0 = torch's default)
+    tenants: tuple[TenantSpec, ...] = ()  # --tenant name:password:ns-prefix (server/tenants.py)
+    ns_prefix: str | None = None  # confines the default user to this prefix
+    admission: str = "always"  # KV.PREFIX.REGISTER admission: always | 2hit (server/admission.py)
+    admission_window: int = 65536  # 2hit: namespaces the ghost list remembers (oldest forgotten)
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -66,6 +71,8 @@ class ServerConfig:
             value = getattr(self, f.name)
             if f.name == "requirepass" and value:
                 value = "***"
+            elif f.name == "tenants":
+                value = ",".join(f"{t.name}:***:{t.prefix}" for t in value)
             parts.append(f"{f.name}={value}")
         return " ".join(parts)
 
@@ -116,6 +123,15 @@ OPTIONS: list[Option] = [
            "binary fast lane for ATTEND.PREFIX queries (default: port + 1; 0 = off)"),
     Option(("--attention-threads",), "attention_threads", parse_int(0, 1024),
            "torch threads for ATTEND kernels (default 1: no spin-wait against clients; 0 = torch default)"),
+    Option(("--tenant",), "tenants", parse_tenants,
+           "a tenant <name>:<password>:<ns-prefix>: AUTH <name> <password> confines a connection "
+           "to keys/namespaces starting with the prefix (docs/security.md)", repeat=True),
+    Option(("--ns-prefix",), "ns_prefix", parse_optional_text,
+           "confine the default user (--requirepass, or no password) to this key/namespace prefix"),
+    Option(("--admission",), "admission", parse_choice("always", "2hit"),
+           "KV.PREFIX.REGISTER admission: always (default) | 2hit (first register answers +DEFERRED)"),
+    Option(("--admission-window",), "admission_window", parse_int(1),
+           "2hit: how many deferred namespaces the ghost list remembers (default 65536)"),
 ]
 
 

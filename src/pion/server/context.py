@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from pion.server.receipt import Receipt
     from pion.server.semantic.embedder import MiniLMEmbedder
     from pion.server.store.stores import Stores
+    from pion.server.tenants import Tenant, TenantRegistry
+    from pion.server.admission import Admission
 
 
 @dataclass
@@ -55,6 +57,8 @@ class ClientState:
     # (start, end) slices of the connection's unsent reply list holding write commands'
     # replies: turned into -MISCONF if the WAL batch they depend on cannot be written.
     write_marks: list[tuple[int, int]] = field(default_factory=list)
+    # The tenant this connection is confined to (server/tenants.py); None = the admin.
+    tenant: Tenant | None = None
 
 
 @dataclass
@@ -72,6 +76,8 @@ class ServerState:
     network: PionServer = field(init=False)  # set by build_state: it needs the state itself
     binary_lane: BinaryLane | None = None  # opened with the listener (main.serve)
     expiry_task: asyncio.Task[None] | None = None  # the keyspace's active expiry, once started
+    tenants: TenantRegistry | None = None  # --tenant / --ns-prefix users (server/tenants.py)
+    admission: Admission | None = None  # --admission policy and ghost list (server/admission.py)
 
 
 @dataclass

@@ -18,14 +18,18 @@ import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pion.common.errors import CommandError, clip_for_echo
 from pion.server.commands.spec import CommandSpec, Handler
-from pion.server.context import CommandContext
+from pion.server.context import ClientState, CommandContext
 from pion.server.resp.encoder import BULK_HEADS, OK_BYTES, encode_error, encode_reply
 from pion.server.resp.replies import OK
 from pion.server.slowlog import DEFAULT_MAX_LEN, SlowLogRing, take_untimed_s
+
+if TYPE_CHECKING:
+    from pion.server.commands.access import Access
+    from pion.server.tenants import TenantRegistry
 
 log = logging.getLogger("pion.server.dispatcher")
 
@@ -46,6 +50,7 @@ class _Entry:
     lname: str
     is_write: bool = False
     write_verbs: frozenset[bytes] = frozenset()  # spec.write_subcommands, as bytes
+    access: Access | None = None  # the tenant check's key spec (commands/access.py)
     calls: int = 0  # run (failed ones included), like Redis's cmdstat calls
     seconds: float = 0.0  # time spent running it
     rejected_calls: int = 0  # refused before running: arity, NOAUTH
@@ -81,7 +86,8 @@ class Dispatcher:
     """Runs commands from a joined command table for every connection of one worker."""
 
     def __init__(self, specs: dict[str, CommandSpec], requirepass: str | None,
-                 slowlog_us: int, slowlog_max_len: int = DEFAULT_MAX_LEN) -> None:
+                 slowlog_us: int, slowlog_max_len: int = DEFAULT_MAX_LEN,
+                 tenants: TenantRegistry | None = None) -> None:
         self.specs = specs
         self._lookup: dict[bytes, _Entry] = {}
         for name, spec in specs.items():
@@ -89,12 +95,16 @@ class Dispatcher:
                            noauth="noauth" in spec.flags,
                            is_async=inspect.iscoroutinefunction(spec.handler),
                            lname=name.lower(), is_write="write" in spec.flags,
-                           write_verbs=frozenset(v.upper().encode() for v in spec.write_subcommands))
+                           write_verbs=frozenset(v.upper().encode() for v in spec.write_subcommands),
+                           access=spec.access)
             if entry.write_verbs and not entry.is_async:
                 raise ValueError(f"{name}: write_subcommands needs an async handler")
             self._lookup[name.upper().encode()] = entry
             self._lookup[name.lower().encode()] = entry
-        self._auth_required = requirepass is not None
+        self._auth_required = requirepass is not None or (tenants is not None and tenants.auth_required)
+        # Tenants (server/tenants.py): only then is a key spec checked, before the handler runs.
+        self._tenancy = tenants is not None and tenants.enabled
+        self._default_tenant = None if tenants is None else tenants.default_tenant
         # Error replies by code (INFO errorstats) and the entry of the last sync command,
         # whose run time the network layer adds to it (one clock read per command there).
         self.error_counts: dict[str, int] = {}
@@ -137,6 +147,8 @@ class Dispatcher:
             self.last_entry = self._unattributed
             self.count_error("NOAUTH")
             out.append(_NOAUTH)
+            return None
+        if self._tenancy and self._refused_for_tenant(entry, client, request, out):
             return None
         client.last_command = entry.lname
         entry.calls += 1
@@ -192,6 +204,30 @@ class Dispatcher:
         entry.seconds += elapsed
         if elapsed > self.slow_s:
             self.log_slow(ctx, request, elapsed)
+
+    def _refused_for_tenant(self, entry: _Entry, client: ClientState, request: list[bytes],
+                            out: list[Any]) -> bool:
+        """-NOPERM when a confined connection names another prefix's data (nothing runs)."""
+        tenant = client.tenant
+        if tenant is None:
+            tenant = client.tenant = self._default_tenant  # --ns-prefix confines the default user
+            if tenant is None:
+                return False
+        access = entry.access
+        message = ("this command has no access spec" if access is None
+                   else access.refusal(tenant, entry.lname, request[1:]))
+        if message is None:
+            return False
+        entry.rejected_calls += 1
+        self.last_entry = self._unattributed
+        self.count_error("NOPERM")
+        out.append(encode_error("NOPERM", message))
+        return True
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether a connection must AUTH first (``--requirepass`` or any ``--tenant``)."""
+        return self._auth_required
 
     def count_error(self, code: str) -> None:
         """Count one error reply by its code (Redis's ``errorstat_<CODE>``)."""

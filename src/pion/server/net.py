@@ -101,7 +101,7 @@ class Connection(asyncio.Protocol):
         self.mid_request = False  # hiredis may hold part of a request (see module docstring)
         self.frame_error: str | None = None  # reported once the requests before it have run
         self.fast_read: bytes | None = None  # the fast-path read hiredis is parsing now
-        self.auth_required = server.state.config.requirepass is not None
+        self.auth_required = server.state.dispatcher.auth_required  # --requirepass or --tenant
         self.last_active = _perf_counter()
         self.client = ClientState(client_id=next(server.client_ids), created_at=time.time())
         self.ctx = CommandContext(server=server.state, client=self.client)

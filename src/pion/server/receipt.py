@@ -51,6 +51,8 @@ class Receipt:
         self.semantic_hits = 0
         self.semantic_misses = 0
         self.vector_queries = 0
+        self.admission_deferred = 0  # KV.PREFIX.REGISTER answered +DEFERRED (--admission 2hit)
+        self.admission_admitted = 0  # registrations admitted (under 2hit: on their second sight)
 
     def record_prefix_lookup(self, hit: bool, tokens: int = 0, measured_ms: float | None = None) -> None:
         """One KV.PREFIX.LOOKUP answer. A hit credits ``measured_ms`` if known, else the token estimate."""
@@ -75,6 +77,17 @@ class Receipt:
             self.semantic_hits += 1
         else:
             self.semantic_misses += 1
+
+    def record_admission(self, deferred: bool) -> None:
+        """One valid KV.PREFIX.REGISTER: deferred (+DEFERRED) or admitted (+OK)."""
+        if deferred:
+            self.admission_deferred += 1
+        else:
+            self.admission_admitted += 1
+
+    def admission_snapshot(self) -> dict[str, int]:
+        """The admission counters (PION.STATS adds them to the 16 fields under --admission 2hit)."""
+        return {"admission_deferred": self.admission_deferred, "admission_admitted": self.admission_admitted}
 
     def record_vector_query(self) -> None:
         """One FT.SEARCH / FT.HYBRID answered."""

@@ -20,9 +20,11 @@ from pion.server.net import PionServer
 from pion.server.persist import PersistOptions, Persistence
 from pion.server.persist.binding import attach, make_sink
 from pion.server.persist.wal import FsyncPolicy
+from pion.server.admission import Admission
 from pion.server.receipt import Receipt
 from pion.server.semantic.embedder import MiniLMEmbedder
 from pion.server.store.stores import Stores
+from pion.server.tenants import TenantRegistry
 
 WORKER_ID = 0  # one worker per process in this build; -w N gives each worker its own files
 
@@ -36,11 +38,13 @@ def build_state(config: ServerConfig) -> ServerState:
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
     persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
                                          config.wal_repair))
+    tenants = TenantRegistry(config.tenants, config.requirepass, config.ns_prefix, receipt)
     table = build_table()
     dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us,
-                            config.slowlog_max_len)
+                            config.slowlog_max_len, tenants=tenants)
     state = ServerState(config=config, started_at=time.time(), stores=stores, receipt=receipt,
-                        embedder=embedder, persist=persist, table=table, dispatcher=dispatcher)
+                        embedder=embedder, persist=persist, table=table, dispatcher=dispatcher,
+                        tenants=tenants, admission=Admission(config.admission, config.admission_window))
     state.network = PionServer(state, dispatcher)
     return state
 

@@ -35,12 +35,20 @@ _BAD_NAME_CHARS = frozenset(range(0, 33)) | {127}
 
 
 def _check_password(ctx: CommandContext, user: bytes, password: bytes) -> None:
-    """Authenticate the client or raise -WRONGPASS (constant-time comparison)."""
-    expected = ctx.server.config.requirepass
-    if user.lower() != b"default":
-        raise CommandError(WRONGPASS, code="WRONGPASS")
-    if expected is not None and not hmac.compare_digest(password, expected.encode()):
-        raise CommandError(WRONGPASS, code="WRONGPASS")
+    """Authenticate the client as the admin or a tenant, or raise -WRONGPASS (constant-time
+    comparison; server/tenants.py). A failed AUTH leaves the connection as it was."""
+    tenants = ctx.server.tenants
+    if tenants is None:  # a state built without the registry (unit tests): default user only
+        expected = ctx.server.config.requirepass
+        if user.lower() != b"default" or (
+                expected is not None and not hmac.compare_digest(password, expected.encode())):
+            raise CommandError(WRONGPASS, code="WRONGPASS")
+        ctx.client.authenticated = True
+        return
+    try:
+        ctx.client.tenant = tenants.authenticate(user, password)
+    except LookupError:
+        raise CommandError(WRONGPASS, code="WRONGPASS") from None
     ctx.client.authenticated = True
 
 
@@ -67,7 +75,7 @@ def cmd_admin_echo(ctx: CommandContext, args: list[bytes]) -> Any:
 def cmd_admin_auth(ctx: CommandContext, args: list[bytes]) -> Any:
     if len(args) > 2:
         raise CommandError(SYNTAX_ERROR)
-    if len(args) == 1 and ctx.server.config.requirepass is None:
+    if len(args) == 1 and ctx.server.config.requirepass is None and not ctx.server.config.tenants:
         raise CommandError("AUTH <password> called without any password configured for the "
                            "default user. Are you sure your configuration is correct?")
     user, password = (b"default", args[0]) if len(args) == 1 else (args[0], args[1])
@@ -99,7 +107,7 @@ def cmd_admin_hello(ctx: CommandContext, args: list[bytes]) -> Any:
             raise CommandError("unsupported protocol version", code="NOPROTO")
     if auth is not None:
         _check_password(ctx, *auth)
-    elif ctx.server.config.requirepass is not None and not ctx.client.authenticated:
+    elif ctx.server.dispatcher.auth_required and not ctx.client.authenticated:
         raise CommandError("HELLO must be called with the client already authenticated, "
                            "otherwise the HELLO <proto> AUTH <user> <pass> option can be used "
                            "to authenticate the client and select the RESP protocol version "
@@ -131,8 +139,8 @@ def _client_line(client: ClientState, conn: Any) -> str:
             f"age={int(now - client.created_at)} idle={idle} flags=N db={client.db} "
             f"sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 "
             f"obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={client.last_command or 'NULL'} "
-            f"user=default redir=-1 resp={client.protocol} lib-name={client.lib_name} "
-            f"lib-ver={client.lib_ver}")
+            f"user={client.tenant.name if client.tenant else 'default'} redir=-1 resp={client.protocol} "
+            f"lib-name={client.lib_name} lib-ver={client.lib_ver}")
 
 
 def cmd_admin_client(ctx: CommandContext, args: list[bytes]) -> Any:
@@ -196,7 +204,8 @@ def _client_list(ctx: CommandContext, rest: list[bytes]) -> str:
 # ---- COMMAND ---------------------------------------------------------------------------------
 def _command_info(spec: CommandSpec) -> list[Any]:
     flags = sorted(spec.flags - {"noauth"}) + (["no_auth"] if "noauth" in spec.flags else [])
-    return [spec.name.lower(), spec.arity, [SimpleString(f) for f in flags], 0, 0, 0, [], [], [],
+    first, last, step = spec.access.legacy_key_range() if spec.access is not None else (0, 0, 0)
+    return [spec.name.lower(), spec.arity, [SimpleString(f) for f in flags], first, last, step, [], [], [],
             []]
 
 
@@ -390,6 +399,8 @@ def cmd_admin_flushall(ctx: CommandContext, args: list[bytes]) -> Any:
     if len(args) > 1 or (args and args[0].upper() not in (b"ASYNC", b"SYNC")):
         raise CommandError(SYNTAX_ERROR)
     ctx.server.stores.flush_all()
+    if ctx.server.admission is not None:  # nothing about the old namespaces survives FLUSHALL
+        ctx.server.admission.clear()
     return OK
 
 

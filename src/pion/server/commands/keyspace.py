@@ -19,6 +19,7 @@ from pion.server.context import CommandContext, ServerState
 from pion.server.resp.replies import OK
 from pion.server.store.glob import compile_glob
 from pion.server.store.keyspace import ENTRY_OVERHEAD_BYTES, Keyspace, now_ms, value_bytes
+from pion.server.tenants import visible
 
 KEYS_SLICE = 20_000  # keys matched between two yields to the event loop
 MAX_EXPIRE_MS = 2**62  # beyond this, unix-ms arithmetic overflows Redis's 64-bit range
@@ -201,8 +202,10 @@ async def cmd_keyspace_keys(ctx: CommandContext, args: list[bytes]) -> Any:
     clients are served meanwhile (Redis blocks; we answer with the keys that matched and
     are still live when the last slice is done)."""
     ks = _keyspace(ctx)
+    tenant = ctx.client.tenant  # a tenant sees only its own keys (server/tenants.py)
     if len(ks) <= KEYS_SLICE:
-        return ks.keys(args[0])
+        keys = ks.keys(args[0])
+        return keys if tenant is None else [k for k in keys if tenant.owns(k)]
     names = ks.key_names()
     matcher = compile_glob(args[0]) if args[0] != b"*" else None
     found: list[bytes] = []
@@ -212,7 +215,8 @@ async def cmd_keyspace_keys(ctx: CommandContext, args: list[bytes]) -> Any:
         await asyncio.sleep(0)
     live: list[bytes] = []
     for start in range(0, len(found), KEYS_SLICE):
-        live.extend(k for k in found[start:start + KEYS_SLICE] if ks.get(k) is not None)
+        live.extend(k for k in found[start:start + KEYS_SLICE]
+                    if ks.get(k) is not None and (tenant is None or tenant.owns(k)))
         await asyncio.sleep(0)
     return live
 
@@ -246,10 +250,15 @@ def cmd_keyspace_scan(ctx: CommandContext, args: list[bytes]) -> Any:
     next_cursor, keys = ks.scan(cursor, count, pattern)
     if wanted_type is not None:
         keys = [k for k in keys if ks.type_of(k) == wanted_type]
+    if ctx.client.tenant is not None:  # a batch may come back empty: the cursor still moves on
+        keys = [k for k in keys if visible(ctx, k)]
     return [str(next_cursor).encode(), keys]
 
 
 def cmd_keyspace_dbsize(ctx: CommandContext, args: list[bytes]) -> Any:
+    tenant = ctx.client.tenant
+    if tenant is not None:  # the tenant's own keys (a walk: tenants' DBSIZE is O(keys))
+        return sum(1 for k in _keyspace(ctx).key_names() if tenant.owns(k))
     return len(_keyspace(ctx))
 
 

@@ -1,14 +1,20 @@
 """KV.PREFIX.* commands: a prompt prefix as a pair of V-store sessions ``<ns>_pk`` / ``<ns>_pv``.
 
   KV.PREFIX.REGISTER <ns> <kv_dim> <fmt> [BLOCKS <block_size> <hash_count> <hash_blob>]
-                     [LAYERS <n>] [PREFILL_MS <ms>]                                   -> +OK
+                     [LAYERS <n>] [PREFILL_MS <ms>] [ADMIT]                 -> +OK | +DEFERRED
   KV.PREFIX.REGISTER.SCHEMA <ns> <kv_dim> <n_layers> <k_fmt_0..n-1> <v_fmt_0..n-1>
-                     [BLOCKS ...] [PREFILL_MS <ms>]                                   -> +OK
+                     [BLOCKS ...] [PREFILL_MS <ms>] [ADMIT]                 -> +OK | +DEFERRED
   KV.PREFIX.LOOKUP <ns> [TOKENS <n>] [PREFILL_MS <ms>]                               -> +HIT | +MISS
   KV.PREFIX.DROP <ns> [<ns> ...]                                                     -> :<dropped>
   KV.PREFIX.BLOCKS <ns>                     -> bulk [u32 block_size][u32 count][u64 hashes] | +UNKNOWN
   KV.PREFIX.MEMBERSHIP <ns> <hash_count> <hash_blob>     -> bulk ceil(K/8)-byte bitmap | +UNKNOWN
   KV.PREFIX.INFO                                         -> bulk "key:value" lines
+
+Under ``--admission 2hit`` (server/admission.py) both REGISTER forms answer ``+DEFERRED`` the
+first time a namespace is seen: nothing is created, the client prefills locally and stores
+nothing; the next REGISTER of that namespace answers ``+OK``. ``ADMIT`` skips the policy: for
+an explicit ingest (a RAG chunk pack) rather than a cache fill. A connection confined to a tenant
+sees only its own prefixes in KV.PREFIX.INFO (server/tenants.py).
 
 LAYERS (and REGISTER.SCHEMA, where it is implied) are Pion extensions (docs/design.md): LOOKUP then
 answers +HIT only when both sides hold all n layers with the same token count, so
@@ -24,15 +30,18 @@ from pion.common.ids import k_session
 from pion.server.commands.attend import attend_info_fields
 from pion.server.commands.spec import CommandSpec
 from pion.server.commands.store_args import (
-    U32_MAX, need_value, option, parse_format, parse_int, parse_ms, syntax_error, word,
+    U32_MAX, need_value, option, parse_format, parse_int, parse_ms, syntax_error, wire_word, word,
 )
 from pion.server.commands.vstore import parse_kv_dim
 from pion.server.resp.replies import OK, SimpleString
 from pion.server.store.session import MAX_LAYERS
+from pion.server.tenants import receipt_for
 
 if TYPE_CHECKING:
     from pion.server.context import CommandContext, ServerState
+    from pion.server.receipt import Receipt
 
+DEFERRED = SimpleString("DEFERRED")
 HIT = SimpleString("HIT")
 MISS = SimpleString("MISS")
 UNKNOWN = SimpleString("UNKNOWN")
@@ -62,6 +71,9 @@ def parse_register_options(args: list[bytes], i: int, allow_layers: bool) -> dic
         elif opt == "PREFILL_MS":
             opts["prefill_ms"] = parse_ms(need_value(args, i, 1, "PREFILL_MS")[0], "PREFILL_MS")
             i += 2
+        elif opt == "ADMIT":  # bypass --admission 2hit (an explicit ingest, not a cache fill)
+            opts["admit"] = True
+            i += 1
         else:
             raise syntax_error(args[i])
     return opts
@@ -70,8 +82,26 @@ def parse_register_options(args: list[bytes], i: int, allow_layers: bool) -> dic
 def cmd_kvprefix_register(ctx: CommandContext, args: list[bytes]) -> object:
     ns, kv_dim, fmt = word(args[0]), parse_kv_dim(args[1]), parse_format(args[2])
     opts = parse_register_options(args, 3, allow_layers=True)
+    if not opts.pop("admit", False) and _deferred(ctx, ns):
+        return DEFERRED
     ctx.server.stores.vstore.register_prefix(ns, kv_dim, (fmt,), (fmt,), True, **opts)  # type: ignore[arg-type]
+    _admitted(ctx, ns)
     return OK
+
+
+def _deferred(ctx: CommandContext, ns: str) -> bool:
+    """The admission decision for a valid REGISTER (after parsing: bad input records nothing)."""
+    admission = ctx.server.admission
+    if admission is None or not admission.should_defer(ns, ctx.server.stores.vstore.prefix(ns) is not None):
+        return False
+    receipt_for(ctx).record_admission(True)
+    return True
+
+
+def _admitted(ctx: CommandContext, ns: str) -> None:
+    if ctx.server.admission is not None:
+        ctx.server.admission.admitted(ns)
+    receipt_for(ctx).record_admission(False)
 
 
 def cmd_kvprefix_register_schema(ctx: CommandContext, args: list[bytes]) -> object:
@@ -82,8 +112,11 @@ def cmd_kvprefix_register_schema(ctx: CommandContext, args: list[bytes]) -> obje
                            f"(K then V), got {len(args) - 3}")
     formats = tuple(parse_format(a) for a in args[3:3 + 2 * n_layers])
     opts = parse_register_options(args, 3 + 2 * n_layers, allow_layers=False)
+    if not opts.pop("admit", False) and _deferred(ctx, ns):
+        return DEFERRED
     ctx.server.stores.vstore.register_prefix(ns, kv_dim, formats[:n_layers], formats[n_layers:], False,
                                           **opts)  # type: ignore[arg-type]
+    _admitted(ctx, ns)
     return OK
 
 
@@ -103,7 +136,7 @@ def cmd_kvprefix_lookup(ctx: CommandContext, args: list[bytes]) -> object:
         i += 2
     store = ctx.server.stores.vstore
     hit, k_tokens = store.lookup_prefix(ns)
-    receipt = ctx.server.receipt
+    receipt = receipt_for(ctx)
     if not hit:
         receipt.record_prefix_lookup(False)
         return MISS
@@ -157,8 +190,40 @@ def prefix_info_fields(state: ServerState) -> list[tuple[str, int]]:
     ]
 
 
+def admission_info_fields(state: ServerState, receipt: Receipt) -> list[tuple[str, object]]:
+    """The --admission lines of KV.PREFIX.INFO (counts from ``receipt``: the tenant's own)."""
+    admission = state.admission  # every value is an integer, as KV.PREFIX.INFO's readers expect
+    two_hit = admission is not None and admission.two_hit
+    fields: list[tuple[str, object]] = [("admission_2hit", int(two_hit)), *receipt.admission_snapshot().items()]
+    if admission is not None and two_hit:
+        fields += [("admission_ghost_entries", admission.ghost_entries),
+                   ("admission_ghost_evictions", admission.ghost_evictions)]
+    return fields
+
+
+def tenant_info_fields(state: ServerState, prefix: bytes) -> list[tuple[str, int]]:
+    """KV.PREFIX.INFO's totals over one tenant's namespaces and sessions only."""
+    store = state.stores.vstore
+    prefixes = [e for e in store.iter_prefixes() if wire_word(e.ns).startswith(prefix)]
+    total_tokens = 0
+    for entry in prefixes:
+        k_side = store.get(k_session(entry.ns))
+        total_tokens += 0 if k_side is None else k_side.rows_in(0)
+    sids = [sid for sid in store.sids(None) if wire_word(sid).startswith(prefix)]
+    nbytes = 0
+    for sid in sids:
+        session = store.get(sid)
+        nbytes += 0 if session is None else session.nbytes
+    return [("registered_prefixes", len(prefixes)), ("total_prefix_tokens", total_tokens),
+            ("vstore_sessions", len(sids)), ("vstore_bytes", nbytes)]
+
+
 def cmd_kvprefix_info(ctx: CommandContext, args: list[bytes]) -> object:
-    return "".join(f"{key}:{value}\r\n" for key, value in prefix_info_fields(ctx.server)).encode()
+    tenant = ctx.client.tenant
+    fields: list[tuple[str, object]] = list(
+        prefix_info_fields(ctx.server) if tenant is None else tenant_info_fields(ctx.server, tenant.prefix))
+    fields += admission_info_fields(ctx.server, receipt_for(ctx))
+    return "".join(f"{key}:{value}\r\n" for key, value in fields).encode()
 
 
 _W = frozenset({"write"})

@@ -29,6 +29,7 @@ from pion.server.search.options import SearchOptions, parse_options
 from pion.server.search.query import AndNode, NumericNode, Query, parse_query
 from pion.server.search.replies import format_distance, info_reply, search_reply
 from pion.server.store.keyspace import Keyspace
+from pion.server.tenants import receipt_for
 
 
 def _name(raw: bytes) -> str:
@@ -111,7 +112,7 @@ def cmd_search_search(ctx: CommandContext, args: list[bytes]) -> Any:
         present = [h for h in hits if keyf(h)[0] == 0]
         missing = [h for h in hits if keyf(h)[0] != 0]
         hits = sorted(present, key=lambda h: keyf(h)[1], reverse=opts.sort_desc) + missing
-    ctx.server.receipt.record_vector_query()
+    receipt_for(ctx).record_vector_query()
     page = hits[opts.offset:opts.offset + opts.num]
     rows = []
     for hit in page:
@@ -144,7 +145,7 @@ def cmd_search_hybrid(ctx: CommandContext, args: list[bytes]) -> Any:
     index = store.get(_name(args[0]))
     store.keyspace.expire_due()
     reply = run_hybrid(index, store.keyspace, args[1:])
-    ctx.server.receipt.record_vector_query()
+    receipt_for(ctx).record_vector_query()
     return reply
 
 

@@ -45,6 +45,7 @@ from pion.server.commands.store_args import I64_MAX, I64_MIN, parse_float, parse
 from pion.server.context import CommandContext, ServerState
 from pion.server.semantic.cache import DEFAULT_THRESHOLD
 from pion.server.slowlog import exclude_from_slowlog
+from pion.server.tenants import receipt_for
 
 MAX_EMBED_TEXTS = 256
 
@@ -182,7 +183,7 @@ async def cmd_semantic_get(ctx: CommandContext, args: list[bytes]) -> list[Any] 
     if (problem := store.check_dim(cache, scope, len(vec))) is not None:
         raise CommandError(problem)
     found, best = store.lookup_best(cache, scope, vec, threshold)
-    ctx.server.receipt.record_semantic(found is not None)
+    receipt_for(ctx).record_semantic(found is not None)
     tail = [np.asarray(vec, dtype="<f4").tobytes()] if b"WITHVECTOR" in flags else []
     if found is None:
         score = round(best, 6) if best is not None and b"WITHBEST" in flags else None

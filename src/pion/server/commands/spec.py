@@ -16,6 +16,10 @@ Family module convention (``commands/table.py`` lists the modules explicitly):
                                     optional; INFO sections (name -> fields), merged
                                     into INFO in family order (e.g. ``"Pion"``).
 
+Every command also says which of its arguments are keys, sessions or namespaces (``access``,
+see ``commands/access.py``): the dispatcher checks a tenant's call against it before the
+handler runs, and the table refuses to build without it.
+
 Handlers reach the worker's parts through ``ctx.server`` (a typed ``ServerState``:
 ``stores``, ``receipt``, ``embedder``, ``persist``, ``table``, ``network``); start-up,
 recovery and shutdown are ``pion.server.state``'s, not a family's.
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pion.server.commands.access import Access
     from pion.server.context import CommandContext
 
 Handler = Callable[["CommandContext", list[bytes]], Any | Awaitable[Any]]
@@ -51,3 +56,6 @@ class CommandSpec:
     # Container commands whose verbs differ (AI.SEMANTIC_CACHE SET vs GET): the verbs, upper
     # case, that make a call a write — as if it had the "write" flag. Async handlers only.
     write_subcommands: frozenset[str] = frozenset()
+    # Which arguments are keys/namespaces, for the tenant check (commands/access.py); None =
+    # the row in access.ACCESS. The table refuses a command that has neither.
+    access: Access | None = None

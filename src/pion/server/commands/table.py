@@ -8,10 +8,12 @@ order. A family module exposes ``COMMANDS`` and, optionally, ``info(state)`` (se
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from pion.server.commands.access import ACCESS
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import ServerState
 
@@ -28,6 +30,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.ssm",
     "pion.server.commands.attend",
     "pion.server.commands.persist",
+    "pion.server.commands.acl",
 )
 
 InfoSections = dict[str, list[tuple[str, object]]]
@@ -46,7 +49,11 @@ class CommandTable:
                 if name in self.specs:
                     raise ValueError(f"command {name} declared twice "
                                      f"(second time in {module.__name__})")
-                self.specs[name] = spec
+                access = spec.access or ACCESS.get(name)
+                if access is None:  # every command says which arguments are tenant data
+                    raise ValueError(f"command {name} has no access spec: declare CommandSpec(access=...) "
+                                     "(see commands/access.py)")
+                self.specs[name] = dataclasses.replace(spec, access=access)
 
     def _info_hooks(self) -> Iterator[InfoHook]:
         for module in self.families:

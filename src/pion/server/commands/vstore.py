@@ -23,6 +23,7 @@ from pion.server.commands.store_args import (
 from pion.server.errors import NOT_AN_INTEGER, SYNTAX_ERROR
 from pion.server.resp.replies import OK
 from pion.server.store.session import MAX_LAYERS
+from pion.server.tenants import receipt_for, visible
 
 if TYPE_CHECKING:
     from pion.server.context import CommandContext, ServerState
@@ -88,7 +89,7 @@ def cmd_vstore_storebatch(ctx: CommandContext, args: list[bytes]) -> object:
 
 
 def _served(ctx: CommandContext, n_bytes: int) -> None:
-    ctx.server.receipt.record_bytes_served(n_bytes)
+    receipt_for(ctx).record_bytes_served(n_bytes)
 
 
 def cmd_vstore_fetch(ctx: CommandContext, args: list[bytes]) -> object:
@@ -161,7 +162,8 @@ def cmd_vstore_list(ctx: CommandContext, args: list[bytes]) -> object:
     if len(args) > 1:
         raise syntax_error(args[1])
     pattern = word(args[0]) if args else None
-    return [wire_word(sid) for sid in ctx.server.stores.vstore.sids(pattern)]
+    sids = [wire_word(sid) for sid in ctx.server.stores.vstore.sids(pattern)]
+    return sids if ctx.client.tenant is None else [s for s in sids if visible(ctx, s)]
 
 
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
