@@ -58,6 +58,10 @@ class ServerConfig:
     wal_repair: bool = False  # cut a damaged WAL at the damage instead of refusing to start
     binary_port: int = -1  # ATTEND binary fast lane: -1 = port + 1, 0 = off
     attention_threads: int = 1  # torch intra-op threads for ATTEND kernels (0 = torch's default)
+    worker_port_base: int = -1  # -w N: worker i also listens on base + i (-1 = port + 100; 0 = any free port)
+    independent_workers: bool = False  # -w N without the directory: N separate stores (docs/workers.md)
+    worker_placement: str = "connection"  # where a new namespace goes under -w N: connection | hash
+    directory_slots: int = 16384  # entries of the cross-worker directory (64 bytes each)
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -70,12 +74,7 @@ class ServerConfig:
         return " ".join(parts)
 
 
-def _workers(key: str, text: str) -> int:
-    value = parse_int(1)(key, text)
-    if value != 1:
-        raise ConfigError(f"{key}: only 1 worker is supported in this build (got {value}); "
-                          "multi-worker mode arrives with the multi-worker issue — run with -w 1")
-    return value
+MAX_WORKERS = 64
 
 
 OPTIONS: list[Option] = [
@@ -83,7 +82,8 @@ OPTIONS: list[Option] = [
     Option(("--bind",), "bind", parse_text, "address to listen on (default 127.0.0.1)"),
     Option(("--kvcache",), "kvcache", parse_bool, "accepted for compatibility; KV families are always on",
            switch="yes"),
-    Option(("-w", "--workers"), "workers", _workers, "worker processes (only 1 in this build)"),
+    Option(("-w", "--workers"), "workers", parse_int(1, MAX_WORKERS),
+           "worker processes behind the one port (default 1: a single process; docs/workers.md)"),
     Option(("--dir",), "data_dir", parse_path, "data directory (default ./pion-data)"),
     Option(("--requirepass",), "requirepass", parse_optional_text, "password clients must AUTH with"),
     Option(("--max-sessions",), "max_sessions", parse_int(1), "V-store session limit (default 256)"),
@@ -116,6 +116,15 @@ OPTIONS: list[Option] = [
            "binary fast lane for ATTEND.PREFIX queries (default: port + 1; 0 = off)"),
     Option(("--attention-threads",), "attention_threads", parse_int(0, 1024),
            "torch threads for ATTEND kernels (default 1: no spin-wait against clients; 0 = torch default)"),
+    Option(("--worker-port-base",), "worker_port_base", parse_int(-1, 65535),
+           "-w N: worker i also listens on this + i (default port + 100; 0 = any free ports)"),
+    Option(("--independent-workers",), "independent_workers", parse_bool,
+           "-w N: no cross-worker directory; each worker is its own store on its own address",
+           switch="yes"),
+    Option(("--worker-placement",), "worker_placement", parse_choice("connection", "hash"),
+           "-w N: a new namespace goes to the connection's worker (default) or to crc32(name) % N"),
+    Option(("--directory-slots",), "directory_slots", parse_int(64, 1 << 24),
+           "-w N: entries of the cross-worker directory (default 16384, 64 bytes each)"),
 ]
 
 

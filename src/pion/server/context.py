@@ -13,6 +13,8 @@ parts, each typed, in the order they are built:
   ``network``  the listener and its connections (``net.py``)
   ``binary_lane`` the ATTEND binary lane (``binary_lane.py``), opened beside the listener
                unless ``--binary-port 0``
+  ``worker``   under ``-w N``: this worker's number, its siblings' addresses and the shared
+               directory (``workers/runtime.py``); None for the single-process server
 
 A command family reads what it needs from these (``ctx.server.stores.keyspace``...);
 nothing is created on first use, and nothing is looked up by name.
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from pion.server.receipt import Receipt
     from pion.server.semantic.embedder import MiniLMEmbedder
     from pion.server.store.stores import Stores
+    from pion.server.workers.runtime import WorkerRuntime
 
 
 @dataclass
@@ -72,6 +75,7 @@ class ServerState:
     network: PionServer = field(init=False)  # set by build_state: it needs the state itself
     binary_lane: BinaryLane | None = None  # opened with the listener (main.serve)
     expiry_task: asyncio.Task[None] | None = None  # the keyspace's active expiry, once started
+    worker: WorkerRuntime | None = None  # -w N only (workers/runtime.py)
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
   PION.STATS        -> map of 16 fields (RESP3 map; RESP2 flat array of name, value, ...)
   PION.STATS RESET  -> +OK, counters zeroed (uptime keeps running)
+  PION.STATS ALL    -> the same map summed over every worker of -w N (this worker's under -w 1;
+                       the sum is workers/routing.py's)
 
 INFO's ``# Pion`` section shows the same fields.
 """
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 
 def cmd_stats_pion_stats(ctx: CommandContext, args: list[bytes]) -> object:
     receipt = ctx.server.receipt
-    if not args:
+    if not args or (len(args) == 1 and option(args[0]) == "ALL"):
         return receipt.snapshot()
     if len(args) == 1 and option(args[0]) == "RESET":
         receipt.reset()

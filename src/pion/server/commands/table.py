@@ -28,6 +28,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.ssm",
     "pion.server.commands.attend",
     "pion.server.commands.persist",
+    "pion.server.commands.workers",
 )
 
 InfoSections = dict[str, list[tuple[str, object]]]
