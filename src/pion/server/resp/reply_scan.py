@@ -5,7 +5,7 @@ run on worker 0) relays the reply bytes exactly as they came, so RESP3 types (ma
 doubles, verbatim strings, attributes) reach the client unchanged. Sans-I/O: bytes in,
 an offset out; the caller reads more when the reply is not complete yet.
 
-Example: ``reply_end(b"*2\\r\\n$1\\r\\na\\r\\n:5\\r\\n+OK", 0)`` is 17 (the array ends before
+Example: ``reply_end(b"*2\\r\\n$1\\r\\na\\r\\n:5\\r\\n+OK", 0)`` is 15 (the array ends before
 ``+OK``); ``reply_end(b"$5\\r\\nab", 0)`` is None (the bulk string has not all arrived).
 """
 

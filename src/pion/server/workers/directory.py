@@ -2,9 +2,11 @@
 
 ``pion-server -w N`` keeps V-store data in the worker that created it; every worker must
 still answer ``KV.PREFIX.LOOKUP`` for any namespace and tell a client where a session lives.
-This table is the one piece of state the workers share: a ``multiprocessing.shared_memory``
-block created by the parent before it forks the workers (children inherit the mapping; a
-restarted worker gets it again), no external service.
+This table is the one piece of state the workers share: an anonymous shared memory mapping
+(``mmap(-1, MAP_SHARED)``, what ``multiprocessing.shared_memory`` is without a name) created by
+the parent before it forks the workers. Children inherit the mapping, a restarted worker gets it
+again, and the kernel frees it when the last process exits — nothing is left in /dev/shm even
+after a SIGKILL, and no resource-tracker process runs beside the workers. No external service.
 
 Layout (little-endian; a 64-byte header, then ``n_slots`` 64-byte slots, open addressing
 with linear probing and tombstones)::
@@ -35,7 +37,7 @@ import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing import shared_memory
+import mmap
 from pathlib import Path
 
 MAGIC = b"PIONDIR1"
@@ -76,10 +78,9 @@ def directory_key(kind: int, name: str) -> bytes:
 class Directory:
     """The shared table, seen from one process (see the module docstring)."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, lock_path: Path) -> None:
+    def __init__(self, shm: mmap.mmap, lock_path: Path) -> None:
         self._shm = shm
-        buf = shm.buf
-        assert buf is not None
+        buf = memoryview(shm)
         self._buf = buf
         magic, n_slots, version = _HEADER.unpack_from(buf, 0)
         if magic != MAGIC or version != FORMAT_VERSION:
@@ -92,20 +93,16 @@ class Directory:
     @classmethod
     def create(cls, n_slots: int, data_dir: Path) -> Directory:
         """A new, empty table (the parent process; workers inherit it across fork)."""
-        shm = shared_memory.SharedMemory(create=True, size=HEADER_BYTES + n_slots * SLOT_BYTES)
-        buf = shm.buf
-        assert buf is not None
-        buf[: HEADER_BYTES + n_slots * SLOT_BYTES] = bytes(HEADER_BYTES + n_slots * SLOT_BYTES)
-        _HEADER.pack_into(buf, 0, MAGIC, n_slots, FORMAT_VERSION)
+        shm = mmap.mmap(-1, HEADER_BYTES + n_slots * SLOT_BYTES, flags=mmap.MAP_SHARED)  # zero-filled
+        _HEADER.pack_into(shm, 0, MAGIC, n_slots, FORMAT_VERSION)
         lock_path = data_dir / LOCK_FILE
         lock_path.touch(exist_ok=True)
         return cls(shm, lock_path)
 
     def destroy(self) -> None:
-        """Release the block (the parent, after every worker exited)."""
+        """Unmap the table in this process (the parent, after every worker exited)."""
         self._buf.release()
         self._shm.close()
-        self._shm.unlink()
 
     # ---- locking ----------------------------------------------------------------------
     @contextmanager

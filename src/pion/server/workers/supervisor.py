@@ -42,6 +42,7 @@ log = logging.getLogger("pion.server.workers")
 COUNT_FILE = "pion.workers"
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
+RESTART_DELAY_S = 0.2
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.05
 Serve = Callable[[ServerConfig, WorkerRuntime | None, Callable[[], None] | None], Coroutine[Any, Any, int]]
@@ -154,7 +155,8 @@ class Supervisor:
         for sock in self.sockets:
             sock.close()
         for child in self.children.values():
-            os.close(child.ready_fd)
+            if not child.ready:
+                os.close(child.ready_fd)
         setup_logging(self.config.loglevel, tag=f"w{worker_id}")
         runtime = WorkerRuntime(worker_id, tuple(self.addresses), self.directory, self.config.requirepass,
                                 self.config.worker_placement)
@@ -237,6 +239,7 @@ class Supervisor:
                 return None
             log.warning("worker %d (pid %d) exited with %d; restarting it (its WAL is replayed)",
                         child.worker_id, pid, code)
+            time.sleep(RESTART_DELAY_S * (len(self.restarts) - 1))  # back off when it keeps dying
             self.spawn(child.worker_id)
 
     def _stop_all(self) -> int:
