@@ -16,7 +16,9 @@ Both users go through it: ``PionPromptCache`` (one namespace per prefix) and pio
   float form, and become zero-copy views of the reply. ``restore_dtype="f16"`` asks the server
   to decode instead.
 
-Nothing here catches errors: a redis error (connection, -ERR for a missing session) propagates
+Under ``pion-server -w N`` a store or restore answered ``-ERR ... session lives on worker N
+<host:port>`` is sent once more to that worker (``PionClient.follow_redirect``; the client stays
+there). Otherwise nothing here catches errors: a redis error (connection, -ERR for a missing session) propagates
 from ``store``/``restore``; ``decode`` raises ValueError for a reply of the wrong shape. Callers
 decide what a failure means (the prompt cache prefills locally, pion-llm serves uncached).
 ``fetch_chain`` is the exception by design: a segment that is missing or malformed ends the
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import redis
 import torch
 
 from pion.client.block_hashes import BlockTable
@@ -168,10 +171,14 @@ class PrefixTransport:
 
         A connection failure raises (redis.RedisError); a refused command comes back in the list.
         """
-        pipe = self.client.pipeline()
-        nbytes = self.queue_store(pipe, ns, rows, blocks=blocks, prefill_ms=prefill_ms)
-        replies = pipe.execute(raise_on_error=False)
-        return [r for r in replies if isinstance(r, Exception)], nbytes
+        for attempt in (0, 1):
+            pipe = self.client.pipeline()
+            nbytes = self.queue_store(pipe, ns, rows, blocks=blocks, prefill_ms=prefill_ms)
+            replies = pipe.execute(raise_on_error=False)
+            errors = [r for r in replies if isinstance(r, Exception)]
+            if not (attempt == 0 and errors and self.client.follow_redirect(errors[0])):
+                break  # (a redirect: the prefix lives on another worker; store it there, once)
+        return errors, nbytes
 
     # ---- restore -------------------------------------------------------------------------------
 
@@ -195,6 +202,14 @@ class PrefixTransport:
 
     def fetch(self, ns: Namespace | str, n_tokens: int) -> tuple[list[bytes], list[bytes]]:
         """The raw K and V replies of one prefix in one round trip (raises on any error)."""
+        try:
+            return self._fetch_once(ns, n_tokens)
+        except redis.ResponseError as exc:
+            if not self.client.follow_redirect(exc):
+                raise
+        return self._fetch_once(ns, n_tokens)  # on the worker that owns it
+
+    def _fetch_once(self, ns: Namespace | str, n_tokens: int) -> tuple[list[bytes], list[bytes]]:
         pipe = self.client.pipeline()
         self.queue_fetch(pipe, ns, n_tokens)
         k_reply, v_reply = pipe.execute()
@@ -217,6 +232,13 @@ class PrefixTransport:
         for ns, n_tokens in segments:
             self.queue_fetch(pipe, ns, n_tokens)
         replies = pipe.execute(raise_on_error=False)
+        # The chain's root lives on another worker: fetch it all there (its segments were stored
+        # through one connection, so they live together). A later segment elsewhere ends the chain.
+        if isinstance(replies[0], Exception) and self.client.follow_redirect(replies[0]):
+            pipe = self.client.pipeline()  # the chain lives on another worker: once more, there
+            for ns, n_tokens in segments:
+                self.queue_fetch(pipe, ns, n_tokens)
+            replies = pipe.execute(raise_on_error=False)
         out: list[RestoredKv] = []
         for i, (ns, n_tokens) in enumerate(segments):
             k_reply, v_reply = replies[2 * i], replies[2 * i + 1]
