@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,6 +141,9 @@ def test_an_incomplete_prefix_is_a_miss_on_every_worker(group: WorkerGroup) -> N
     ["SSM.PREFIX.FETCH", "{ns}", 0],
     ["KV.PREFIX.REGISTER", "{ns}", D, "fp32"],
     ["V.CREATE", "{ns}_pk", D],
+    ["KV.PREFIX.WARM", "{ns}", 2, 4],
+    ["ATTEND.PREFIX.LOOKUP", "{ns}", 0],
+    ["SSM.PREFIX.STORE", "{ns}", 0, b"state"],
 ])
 def test_session_commands_on_a_non_owner_name_the_owner_and_change_nothing(
         group: WorkerGroup, command: list[object]) -> None:
@@ -225,3 +229,16 @@ def test_save_on_one_worker_snapshots_every_worker(group: WorkerGroup) -> None:
     data_dir: Path = group.server.data_dir
     assert sorted(p.name for p in data_dir.glob("pion.vstore.?")) == ["pion.vstore.0", "pion.vstore.1"]
     assert (data_dir / "pion.workers").read_text() == "2\n"
+
+
+def test_bgsave_on_one_worker_starts_a_background_save_on_every_worker(group: WorkerGroup) -> None:
+    with group.worker(0) as w0, group.worker(1) as w1:
+        before = [w.lastsave() for w in (w0, w1)]
+        time.sleep(1.1)  # LASTSAVE has one-second resolution
+        assert w0.bgsave() is True
+        deadline = time.monotonic() + 20
+        while [w.lastsave() for w in (w0, w1)] == before or any(
+                w.lastsave() == b for w, b in zip((w0, w1), before, strict=True)):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert [w.lastsave() > b for w, b in zip((w0, w1), before, strict=True)] == [True, True]

@@ -181,3 +181,20 @@ def test_forwarding_and_fan_out_authenticate_between_workers(tmp_path: Path) -> 
             assert sock.recv(100) == b"-NOAUTH Authentication required.\r\n"
     finally:
         group.server.stop()
+
+
+def test_a_full_directory_refuses_new_names_and_flushall_empties_every_worker(tmp_path: Path) -> None:
+    group = start_workers(tmp_path / "d", 2, "--directory-slots", "64")
+    try:
+        with group.worker(0) as w0, group.worker(1) as w1:
+            for i in range(64):
+                (w0 if i % 2 else w1).execute_command("V.CREATE", f"s{i}", D)
+            assert err(w1, "V.CREATE", "one-more", D) == (
+                "the cross-worker directory is full (64 slots; raise --directory-slots)")
+            assert b"one-more" not in w0.execute_command("V.LIST")
+            w1.set("key", "v")
+            assert w1.flushall() is True
+            assert (w0.execute_command("V.LIST"), w1.execute_command("V.LIST"), w0.dbsize()) == ([], [], 0)
+            assert w1.execute_command("V.CREATE", "one-more", D) == b"OK"
+    finally:
+        group.server.stop()
