@@ -1,4 +1,4 @@
-"""pion.lmcache.PionStore against a real pion-server -w 2 (test_kvprefix_autoredirect in the spec),
+"""pion.lmcache.PionStore against a real pion-server -w 2 (test_kvprefix_autoredirect in the original design),
 and the same redirect logic in PrefixTransport (PionPromptCache, pion-llm)."""
 
 from __future__ import annotations

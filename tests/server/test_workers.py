@@ -1,5 +1,5 @@
 """pion-server -w 2 through real processes: one port, per-worker addresses, the shared directory,
-redirects, the keyspace on worker 0, fan-out commands (test_kvprefix_xworker in the spec)."""
+redirects, the keyspace on worker 0, fan-out commands (test_kvprefix_xworker in the original design)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import redis
 
+from support.proc_tree import alive, children_of
 from support.procs import start_server
 from support.replies import err
 from support.workers import WorkerGroup, start_workers, worker_info
@@ -23,19 +24,6 @@ D = 8
 
 def rows(n: int, seed: int = 0) -> bytes:
     return np.random.default_rng(seed).standard_normal((n, D)).astype(np.float32).tobytes()
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry))
-    return out
 
 
 def wait_for_worker(group: WorkerGroup, index: int, not_pid: int, timeout_s: float = 30.0) -> int:
@@ -72,7 +60,7 @@ def test_two_workers_are_two_children_with_prefixed_logs_and_sigterm_stops_all(t
     log = group.server.log()
     assert ("[w0] INFO pion.server: worker 0 of 2 ready" in log, "[w1] INFO pion.server: worker 1 of 2 ready" in log,
             "[w1] INFO pion.server: pion-server stopped cleanly" in log) == (True, True, True)
-    assert [Path(f"/proc/{pid}").exists() for pid in pids] == [False, False]
+    assert [alive(pid) for pid in pids] == [False, False]
 
 
 def test_a_killed_worker_is_restarted_with_its_wal_and_the_other_keeps_serving(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``PionStore``: one namespace's per-layer K and V rows in pion-server, the spec's pion-lmcache API.
+"""``PionStore``: one namespace's per-layer K and V rows in pion-server, the original design's pion-lmcache API (docs/design.md).
 
 What an LMCache storage plugin (the integrations issue) needs: register a namespace (a chunk of a
 prompt), write each layer's K and V rows as the model produces them, ask whether a namespace is

@@ -6,7 +6,7 @@ decides, per call, whether to run locally, redirect the client or ask a sibling:
 * **sessions stay with their owner.** ``V.STOREBATCH``/``V.FETCH``/``V.MFETCH``/``V.INFO``,
   ``KV.PREFIX.BLOCKS``/``MEMBERSHIP``/``WARM``, ``SSM.PREFIX.*`` and ``ATTEND.PREFIX.*`` on a
   name the directory places on another worker answer ``-ERR <command> session lives on worker
-  N <host:port>`` (Redis Cluster's ``-MOVED``, in the spec's words); the client reconnects to
+  N <host:port>`` (Redis Cluster's ``-MOVED``, in the original design's words (docs/design.md)); the client reconnects to
   that address (``pion.lmcache.PionStore`` and ``PionPromptCache`` do it for you).
 * **creating places.** ``V.CREATE``/``KV.PREFIX.REGISTER[.SCHEMA]``/``ATTEND.PREFIX.STORE`` of a
   new name claim it for the connection's worker (``--worker-placement connection``) or for
@@ -22,7 +22,7 @@ decides, per call, whether to run locally, redirect the client or ask a sibling:
 * **group-wide commands fan out.** ``SAVE``/``BGSAVE``/``KV.PREFIX.SAVE`` (no path) and
   ``FLUSHALL`` run on every worker; ``V.DROP``/``KV.PREFIX.DROP`` drop each name on its owner;
   ``V.LIST`` lists every worker's sessions; ``PION.STATS ALL`` sums every worker's receipt
-  (plain ``PION.STATS`` stays this worker's, as the spec says).
+  (plain ``PION.STATS`` stays this worker's, as the original design says).
 
 Requests arriving over a sibling's link (named ``pion-worker-peer``) always run locally.
 ``--independent-workers`` wraps only ``PION.STATS``: each worker is its own store.
