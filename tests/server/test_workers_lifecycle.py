@@ -186,3 +186,28 @@ def test_a_full_directory_refuses_new_names_and_flushall_empties_every_worker(tm
             assert w1.execute_command("V.CREATE", "one-more", D) == b"OK"
     finally:
         group.server.stop()
+
+
+def test_keyspace_commands_through_worker_1_survive_a_restart_of_worker_0(tmp_path: Path) -> None:
+    group = start_workers(tmp_path / "d", 2, "--appendfsync", "always")
+    try:
+        with group.worker(1) as w1:
+            assert w1.set("before", "1") is True
+            old_pid = group.pids()[0]
+            os.kill(old_pid, signal.SIGKILL)
+            wait_for_worker(group, 0, old_pid)
+            deadline = time.monotonic() + 20
+            while True:  # the shared link reconnects on the first command after the failure
+                try:
+                    value = w1.get("before")
+                    break
+                except redis.ResponseError as exc:
+                    assert "the keyspace lives on worker 0, which did not answer" in str(exc)
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            assert value == b"1"
+            assert w1.set("after", "2") is True
+        with group.worker(0) as w0:
+            assert w0.mget("before", "after") == [b"1", b"2"]
+    finally:
+        group.server.stop()

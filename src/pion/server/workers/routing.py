@@ -15,9 +15,9 @@ decides, per call, whether to run locally, redirect the client or ask a sibling:
   from the directory (complete or not, its tokens and PREFILL_MS), and counts in this worker's
   receipt; ``KV.PREFIX.INFO`` adds the group's totals.
 * **the keyspace has one owner: worker 0.** Every command of the keyspace, hash and FT.*
-  families and ``AI.SEMANTIC_CACHE`` is forwarded by the other workers to worker 0 over one link
-  per client connection (its RESP version and db travel along) and the reply is relayed byte for
-  byte — so a key written through any connection is read through any other, with Redis's
+  families and ``AI.SEMANTIC_CACHE`` is forwarded by the other workers to worker 0 over a link
+  all clients share (one per RESP version and db; requests of one loop iteration go out in one
+  write, ``peer.SharedLink``) and the reply is relayed byte for byte — so a key written through any connection is read through any other, with Redis's
   semantics (worker 0 is the only one that runs them).
 * **group-wide commands fan out.** ``SAVE``/``BGSAVE``/``KV.PREFIX.SAVE`` (no path) and
   ``FLUSHALL`` run on every worker; ``V.DROP``/``KV.PREFIX.DROP`` drop each name on its owner;
@@ -329,9 +329,9 @@ def _forward_wrapper(command: str, handler: Handler) -> Handler:
 
     async def routed(ctx: CommandContext, args: list[bytes]) -> Any:
         client = ctx.client
-        link = _runtime(ctx).forward_link(client.client_id)
+        link = _runtime(ctx).keyspace_link(client.protocol, client.db)
         try:
-            raw = await link.call([name, *args], client.protocol, client.db)
+            raw = await link.call([name, *args])
         except ConnectionError as exc:
             raise CommandError(f"{command}: the keyspace lives on worker 0, which did not answer ({exc})") from None
         return RawReply(raw)
@@ -470,10 +470,7 @@ def route_table(table: CommandTable, runtime: WorkerRuntime) -> None:
 
 
 async def maintain(state: ServerState, interval_s: float = 0.5) -> None:
-    """A worker's housekeeping: close forward links of gone clients, retract evicted names."""
-    runtime = state.worker
-    assert runtime is not None
+    """A worker's housekeeping: retract the names the LRU evicted (plain sessions)."""
     while True:
         await asyncio.sleep(interval_s)
-        runtime.drop_forward_links(state.network.clients.keys())
         reconcile(state)

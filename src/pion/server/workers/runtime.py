@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pion.server.workers.directory import Directory
-from pion.server.workers.peer import PeerLink
+from pion.server.workers.peer import PeerLink, SharedLink
 
 log = logging.getLogger("pion.server.workers")
 
@@ -41,8 +41,8 @@ class WorkerRuntime:
     password: str | None
     placement: str = "connection"  # where a new namespace goes: "connection" | "hash"
     peers: dict[int, PeerLink] = field(default_factory=dict)
-    # Per client connection: its link to worker 0 for forwarded keyspace commands.
-    forward_links: dict[int, PeerLink] = field(default_factory=dict)
+    # Links to worker 0 for forwarded keyspace commands, shared by every client, by (RESP, db).
+    keyspace_links: dict[tuple[int, int], SharedLink] = field(default_factory=dict)
     # Names this worker published, so eviction and shutdown can retract them cheaply.
     published: set[tuple[int, str]] = field(default_factory=set)
 
@@ -64,17 +64,13 @@ class WorkerRuntime:
             link = self.peers[worker] = PeerLink(addr.host, addr.port, self.password)
         return link
 
-    def forward_link(self, client_id: int) -> PeerLink:
-        link = self.forward_links.get(client_id)
+    def keyspace_link(self, protocol: int, db: int) -> SharedLink:
+        link = self.keyspace_links.get((protocol, db))
         if link is None:
             addr = self.addresses[0]
-            link = self.forward_links[client_id] = PeerLink(addr.host, addr.port, self.password)
+            link = self.keyspace_links[(protocol, db)] = SharedLink(addr.host, addr.port, self.password,
+                                                                     protocol, db)
         return link
-
-    def drop_forward_links(self, live_client_ids: set[int] | Any) -> None:
-        """Close the links of clients that disconnected (called from the worker's tick)."""
-        for client_id in [c for c in self.forward_links if c not in live_client_ids]:
-            self.forward_links.pop(client_id).close()
 
     async def broadcast(self, words: list[bytes]) -> dict[int, Any]:
         """Send ``words`` to every other worker at once; parsed replies (or the exception) by worker."""
@@ -84,7 +80,9 @@ class WorkerRuntime:
         return dict(zip(others, results, strict=True))
 
     def close(self) -> None:
-        for link in [*self.peers.values(), *self.forward_links.values()]:
+        for link in self.peers.values():
             link.close()
+        for shared in self.keyspace_links.values():
+            shared.close()
         self.peers.clear()
-        self.forward_links.clear()
+        self.keyspace_links.clear()
