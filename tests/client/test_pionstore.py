@@ -4,6 +4,7 @@ and the same redirect logic in PrefixTransport (PionPromptCache, pion-llm)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,3 +107,21 @@ def test_prefix_transport_stores_and_restores_through_the_wrong_worker(group: Wo
     assert len(chain) == 1
     owner.client.close()
     other.client.close()
+
+
+@pytest.mark.parametrize("family", ["jamba", "mamba2"])
+def test_prompt_cache_restores_a_prefix_another_worker_holds(family: str, group: WorkerGroup,
+                                                            tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from pion.client.prompt_cache import PionPromptCache
+    from support.hybrid_models import save_tiny
+
+    model = AutoModelForCausalLM.from_pretrained(save_tiny(family, tmp_path / family)).eval()
+    prefix = list(range(3, 40))
+    with PionPromptCache(model, vquant="fp32", port=group.ports[1]) as writer:
+        writer.get_or_prefill(prefix)
+        assert (writer.stats()["misses"], writer.stats()["store_failures"]) == (1, 0)
+    with PionPromptCache(model, vquant="fp32", port=group.ports[0]) as reader:
+        reader.get_or_prefill(prefix)
+        assert (reader.stats()["hits"], reader.stats()["fallbacks"], reader.client.redirects) == (1, 0, 1)
