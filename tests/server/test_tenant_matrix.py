@@ -82,6 +82,7 @@ SAMPLES: dict[str, Sample] = {
     "ATTEND.PREFIX.QUERY_SPARSE_AUTO_FUSED": lambda p: (p + "att", "0", "1", "4", "1", "1", "1", "1", Q,
                                                         ROW, ROW, "x"),
     "KV.PREFIX.WARM": lambda p: (p + "ns", "1", "4", p + "att2"),
+    "PION.WORKER": lambda p: (),
 }
 
 

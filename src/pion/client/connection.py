@@ -21,6 +21,7 @@ Method roles:
   * semantic cache: ``ai_embed``, ``semantic_get``, ``semantic_set``, ``semantic_del``,
     ``semantic_flush``, ``semantic_info``
   * batching: ``pipeline()`` returns a ``PionPipeline`` with the same command methods, queued.
+  * ``-w N``: ``follow_redirect(error)`` moves the client to the worker a redirect names.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from redis.retry import Retry
 
 from pion.client import commands as cmd
 from pion.client.commands import Blob, Command, FetchDtype, SemanticHit, SemanticLookup, StoreDtype
+from pion.client.redirect import parse_redirect
 from pion.common.ports import DEFAULT_HOST as _DEFAULT_HOST
 from pion.common.ports import PION_SERVER_PORT
 
@@ -125,8 +127,24 @@ class PionClient(_Commands):
             host=host, port=port, password=password, protocol=protocol, socket_timeout=socket_timeout_s,
             socket_connect_timeout=connect_timeout_s, retry=Retry(NoBackoff(), 0))
 
+        self.redirects = 0  # times follow_redirect moved this client to another worker (-w N)
+
     def _run(self, command: Command[T]) -> T:
         return command.parse(self.redis.execute_command(*command.args))
+
+    def follow_redirect(self, error: BaseException) -> bool:
+        """When ``error`` says the session lives on another worker, reconnect there and return
+        True (the caller retries once); False for any other error (``pion.client.redirect``)."""
+        target = parse_redirect(error)
+        if target is None:
+            return False
+        pool = self.redis.connection_pool
+        kwargs = {**pool.connection_kwargs, "host": target.host, "port": target.port}
+        moved = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+        self.redis.close()
+        self.redis = moved
+        self.redirects += 1
+        return True
 
     def ping(self) -> bool:
         """True when the server answers PING (raises redis.ConnectionError when it is not there)."""

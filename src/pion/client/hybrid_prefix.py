@@ -173,11 +173,17 @@ class HybridPrefixTransport:
 
         t0 = time.perf_counter()
         n_attn = len(self.attention_layers)
-        pipe = transport.client.pipeline()
-        if n_attn:
-            transport.queue_fetch(pipe, ns, n_tokens)
-        pipe.ssm_prefix_mfetch(ns, 0, len(self.kinds))
-        replies = pipe.execute()
+        for attempt in (0, 1):
+            pipe = transport.client.pipeline()
+            if n_attn:
+                transport.queue_fetch(pipe, ns, n_tokens)
+            pipe.ssm_prefix_mfetch(ns, 0, len(self.kinds))
+            try:
+                replies = pipe.execute()
+                break
+            except redis.ResponseError as exc:  # -w N: the prefix lives on another worker, once more there
+                if attempt or not transport.client.follow_redirect(exc):
+                    raise
         blobs: list[bytes | None] = replies[-1]
         t1 = time.perf_counter()
         restored = transport.decode(replies[0], replies[1], n_tokens) if n_attn else None

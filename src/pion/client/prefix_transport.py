@@ -20,7 +20,9 @@ Both users go through it: ``PionPromptCache`` (one namespace per prefix) and pio
   float form, and become zero-copy views of the reply. ``restore_dtype="f16"`` asks the server
   to decode instead.
 
-Nothing here catches errors: a redis error (connection, -ERR for a missing session) propagates
+Under ``pion-server -w N`` a store or restore answered ``-ERR ... session lives on worker N
+<host:port>`` is sent once more to that worker (``PionClient.follow_redirect``; the client stays
+there). Otherwise nothing here catches errors: a redis error (connection, -ERR for a missing session) propagates
 from ``store``/``restore``; ``decode`` raises ValueError for a reply of the wrong shape. Callers
 decide what a failure means (the prompt cache prefills locally, pion-llm serves uncached).
 ``fetch_chain`` is the exception by design: a segment that is missing or malformed ends the
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import numpy as np
+import redis
 import torch
 
 from pion.client.block_hashes import BlockTable
@@ -197,14 +200,17 @@ class PrefixTransport:
         ``errors``; a ``+DEFERRED`` register (``--admission 2hit``) returns ``deferred=True`` with
         nothing sent. Called once per new prefix, after its prefill.
         """
-        pipe = self.client.pipeline()
-        self.queue_register(pipe, ns, blocks=blocks, prefill_ms=prefill_ms)
-        (admitted,) = pipe.execute(raise_on_error=False)
+        for attempt in (0, 1):
+            pipe = self.client.pipeline()
+            self.queue_register(pipe, ns, blocks=blocks, prefill_ms=prefill_ms)
+            (admitted,) = pipe.execute(raise_on_error=False)
+            if not (attempt == 0 and isinstance(admitted, Exception) and self.client.follow_redirect(admitted)):
+                break  # (a redirect: the prefix lives on another worker; register it there, once)
         if isinstance(admitted, Exception):
             return StoreOutcome([admitted], 0)
         if admitted is False:
             return StoreOutcome([], 0, deferred=True)
-        pipe = self.client.pipeline()
+        pipe = self.client.pipeline()  # the worker that admitted the name holds its sessions
         nbytes = self.queue_rows(pipe, ns, rows)
         replies = pipe.execute(raise_on_error=False)
         return StoreOutcome([r for r in replies if isinstance(r, Exception)], nbytes)
@@ -231,6 +237,14 @@ class PrefixTransport:
 
     def fetch(self, ns: Namespace | str, n_tokens: int) -> tuple[list[bytes], list[bytes]]:
         """The raw K and V replies of one prefix in one round trip (raises on any error)."""
+        try:
+            return self._fetch_once(ns, n_tokens)
+        except redis.ResponseError as exc:
+            if not self.client.follow_redirect(exc):
+                raise
+        return self._fetch_once(ns, n_tokens)  # on the worker that owns it
+
+    def _fetch_once(self, ns: Namespace | str, n_tokens: int) -> tuple[list[bytes], list[bytes]]:
         pipe = self.client.pipeline()
         self.queue_fetch(pipe, ns, n_tokens)
         k_reply, v_reply = pipe.execute()
@@ -253,6 +267,13 @@ class PrefixTransport:
         for ns, n_tokens in segments:
             self.queue_fetch(pipe, ns, n_tokens)
         replies = pipe.execute(raise_on_error=False)
+        # The chain's root lives on another worker: fetch it all there (its segments were stored
+        # through one connection, so they live together). A later segment elsewhere ends the chain.
+        if isinstance(replies[0], Exception) and self.client.follow_redirect(replies[0]):
+            pipe = self.client.pipeline()  # the chain lives on another worker: once more, there
+            for ns, n_tokens in segments:
+                self.queue_fetch(pipe, ns, n_tokens)
+            replies = pipe.execute(raise_on_error=False)
         out: list[RestoredKv] = []
         for i, (ns, n_tokens) in enumerate(segments):
             k_reply, v_reply = replies[2 * i], replies[2 * i + 1]

@@ -27,7 +27,9 @@ def python_log_level(level: str) -> int:
         raise ValueError(f"unknown log level {level!r} (one of {', '.join(LOG_LEVELS)})") from None
 
 
-def setup_logging(level: str = "info") -> None:
-    """Route every ``pion.*`` logger (and the root) to stderr in the one format. Called once by ``main``."""
+def setup_logging(level: str = "info", tag: str = "") -> None:
+    """Route every ``pion.*`` logger (and the root) to stderr in the one format. Called once by ``main``
+    (and once more in each ``pion-server -w N`` worker, whose ``tag`` — ``w0``, ``w1`` — prefixes its lines)."""
+    pid = f"{os.getpid()} [{tag}]" if tag else str(os.getpid())
     logging.basicConfig(level=python_log_level(level), stream=sys.stderr,
-                        format=LOG_FORMAT.format(pid=os.getpid()), datefmt=DATE_FORMAT, force=True)
+                        format=LOG_FORMAT.format(pid=pid), datefmt=DATE_FORMAT, force=True)

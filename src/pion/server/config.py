@@ -63,6 +63,10 @@ class ServerConfig:
     ns_prefix: str | None = None  # confines the default user to this prefix
     admission: str = "always"  # KV.PREFIX.REGISTER admission: always | 2hit (server/admission.py)
     admission_window: int = 65536  # 2hit: namespaces the ghost list remembers (oldest forgotten)
+    worker_port_base: int = -1  # -w N: worker i also listens on base + i (-1 = port + 100; 0 = any free port)
+    independent_workers: bool = False  # -w N without the directory: N separate stores (docs/workers.md)
+    worker_placement: str = "connection"  # where a new namespace goes under -w N: connection | hash
+    directory_slots: int = 16384  # entries of the cross-worker directory (64 bytes each)
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -77,12 +81,7 @@ class ServerConfig:
         return " ".join(parts)
 
 
-def _workers(key: str, text: str) -> int:
-    value = parse_int(1)(key, text)
-    if value != 1:
-        raise ConfigError(f"{key}: only 1 worker is supported in this build (got {value}); "
-                          "multi-worker mode arrives with the multi-worker issue — run with -w 1")
-    return value
+MAX_WORKERS = 64
 
 
 OPTIONS: list[Option] = [
@@ -90,7 +89,8 @@ OPTIONS: list[Option] = [
     Option(("--bind",), "bind", parse_text, "address to listen on (default 127.0.0.1)"),
     Option(("--kvcache",), "kvcache", parse_bool, "accepted for compatibility; KV families are always on",
            switch="yes"),
-    Option(("-w", "--workers"), "workers", _workers, "worker processes (only 1 in this build)"),
+    Option(("-w", "--workers"), "workers", parse_int(1, MAX_WORKERS),
+           "worker processes behind the one port (default 1: a single process; docs/workers.md)"),
     Option(("--dir",), "data_dir", parse_path, "data directory (default ./pion-data)"),
     Option(("--requirepass",), "requirepass", parse_optional_text, "password clients must AUTH with"),
     Option(("--max-sessions",), "max_sessions", parse_int(1), "V-store session limit (default 256)"),
@@ -132,6 +132,15 @@ OPTIONS: list[Option] = [
            "KV.PREFIX.REGISTER admission: always (default) | 2hit (first register answers +DEFERRED)"),
     Option(("--admission-window",), "admission_window", parse_int(1),
            "2hit: how many deferred namespaces the ghost list remembers (default 65536)"),
+    Option(("--worker-port-base",), "worker_port_base", parse_int(-1, 65535),
+           "-w N: worker i also listens on this + i (default port + 100; 0 = any free ports)"),
+    Option(("--independent-workers",), "independent_workers", parse_bool,
+           "-w N: no cross-worker directory; each worker is its own store on its own address",
+           switch="yes"),
+    Option(("--worker-placement",), "worker_placement", parse_choice("connection", "hash"),
+           "-w N: a new namespace goes to the connection's worker (default) or to crc32(name) % N"),
+    Option(("--directory-slots",), "directory_slots", parse_int(64, 1 << 24),
+           "-w N: entries of the cross-worker directory (default 16384, 64 bytes each)"),
 ]
 
 
@@ -146,4 +155,10 @@ def build_arg_parser(version: str) -> argparse.ArgumentParser:
 def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
                 version: str = "0") -> ServerConfig:
     """Build the config from argv (CLI wins) and env (``PION_*``); raises ConfigError."""
-    return ServerConfig(**load_options("pion-server", DESCRIPTION, OPTIONS, argv, env, version))
+    config = ServerConfig(**load_options("pion-server", DESCRIPTION, OPTIONS, argv, env, version))
+    if config.workers > 1 and not config.independent_workers and (config.tenants or config.ns_prefix):
+        # Workers forward keyspace commands and fan out listings over admin links, which would
+        # show a tenant other tenants' names (docs/security.md, "Tenants and workers").
+        raise ConfigError("--tenant/--ns-prefix cannot be combined with -w N > 1 yet "
+                          "(use -w 1, or --independent-workers)")
+    return config

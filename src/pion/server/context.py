@@ -13,6 +13,8 @@ parts, each typed, in the order they are built:
   ``network``  the listener and its connections (``net.py``)
   ``binary_lane`` the ATTEND binary lane (``binary_lane.py``), opened beside the listener
                unless ``--binary-port 0``
+  ``worker``   under ``-w N``: this worker's number, its siblings' addresses and the shared
+               directory (``workers/runtime.py``); None for the single-process server
 
 A command family reads what it needs from these (``ctx.server.stores.keyspace``...);
 nothing is created on first use, and nothing is looked up by name.
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from pion.server.store.stores import Stores
     from pion.server.tenants import Tenant, TenantRegistry
     from pion.server.admission import Admission
+    from pion.server.workers.runtime import WorkerRuntime
 
 
 @dataclass
@@ -78,6 +81,7 @@ class ServerState:
     expiry_task: asyncio.Task[None] | None = None  # the keyspace's active expiry, once started
     tenants: TenantRegistry | None = None  # --tenant / --ns-prefix users (server/tenants.py)
     admission: Admission | None = None  # --admission policy and ghost list (server/admission.py)
+    worker: WorkerRuntime | None = None  # -w N only (workers/runtime.py)
 
 
 @dataclass

@@ -6,8 +6,11 @@ Start-up: build the config (CLI + ``PION_*``), build the worker's typed state
 config. SIGTERM/SIGINT: stop accepting, let in-flight commands answer, close clients,
 flush and close (``state.close_state``), exit 0.
 
-Exit codes: 0 clean shutdown, 1 the data directory cannot be recovered or the port
-cannot be bound, 2 a bad option.
+``-w N`` (N > 1) runs ``workers/supervisor.py`` instead: a parent that forks N workers, each
+running ``serve`` with its ``WorkerRuntime`` (docs/workers.md).
+
+Exit codes: 0 clean shutdown, 1 the data directory cannot be recovered (or was written by
+another worker count) or the port cannot be bound, 2 a bad option.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import uvloop
 
@@ -30,6 +33,9 @@ from pion.server.config import ServerConfig, load_config
 from pion.server.context import ServerState
 from pion.server.persist import RecoveryError
 from pion.server.state import build_state, close_state, open_state
+from pion.server.workers.routing import maintain
+from pion.server.workers.runtime import WorkerRuntime
+from pion.server.workers.supervisor import check_worker_count, run_workers
 
 log = logging.getLogger("pion.server")
 
@@ -39,10 +45,16 @@ def configure_logging(level: str) -> None:
     setup_logging(level)
 
 
-async def serve(config: ServerConfig) -> int:
-    """Run one worker until SIGTERM/SIGINT; returns the process exit code."""
+async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
+                on_ready: Callable[[], None] | None = None) -> int:
+    """Run one worker until SIGTERM/SIGINT; returns the process exit code.
+
+    ``worker`` is set in a worker of ``-w N`` (forked by ``workers/supervisor.py``): it then
+    joins the shared port's SO_REUSEPORT group, also listens on its own address, keeps the
+    directory current and calls ``on_ready`` once it accepts connections.
+    """
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    state = build_state(config)
+    state = build_state(config, worker)
     server = state.network
     try:
         open_state(state)
@@ -58,16 +70,29 @@ async def serve(config: ServerConfig) -> int:
     # The binary lane binds first (synchronously): it accepts as soon as the RESP port answers.
     state.binary_lane = start_binary_lane(state)
     try:
-        await server.start()
+        await server.start(reuse_port=worker is not None)
+        if worker is not None:
+            own = worker.address(worker.worker_id)
+            await server.listen_also(config.bind, own.port)
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.bind, config.port, exc)
         await _close_binary_lane(state)
         close_state(state)
         return 1
-    log.info("pion-server %s ready on %s:%d (pid %d, %d commands from %d families) %s",
-             __version__, config.bind, server.port, os.getpid(), len(state.table.specs),
-             len(state.table.families), config.summary())
+    maintenance = None
+    if worker is None:
+        log.info("pion-server %s ready on %s:%d (pid %d, %d commands from %d families) %s",
+                 __version__, config.bind, server.port, os.getpid(), len(state.table.specs),
+                 len(state.table.families), config.summary())
+    else:
+        log.info("worker %d of %d ready on %s:%d and %s (pid %d)", worker.worker_id, worker.n_workers,
+                 config.bind, server.port, worker.address(worker.worker_id), os.getpid())
+        maintenance = loop.create_task(maintain(state))
+    if on_ready is not None:
+        on_ready()
     await stop.wait()
+    if maintenance is not None:
+        maintenance.cancel()
     log.info("shutdown requested: closing the listener and draining %d client(s)",
              len(server.clients))
     await server.stop()
@@ -93,6 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return exit_on_config_error("pion-server", exc)
     configure_logging(config.loglevel)
+    if config.workers > 1:
+        return run_workers(config, serve)
+    refusal = check_worker_count(config)  # a --dir written by -w N > 1 is not a -w 1 directory
+    if refusal is not None:
+        log.error("%s", refusal)
+        return 1
     return uvloop.run(serve(config))
 
 

@@ -501,13 +501,23 @@ class PionServer:
         self._deferred: list[Connection] = []
         self.closing = False
         self._server: asyncio.Server | None = None
+        self._extra: list[asyncio.Server] = []
         self._all_closed = asyncio.Event()
 
-    async def start(self) -> None:
+    async def start(self, reuse_port: bool = False) -> None:
+        """Listen on ``--bind``/``--port``; ``reuse_port`` joins the SO_REUSEPORT group of
+        ``-w N`` (the kernel spreads connections over the workers)."""
         cfg = self.state.config
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: Connection(self), host=cfg.bind,
-                                                port=cfg.port, backlog=511, reuse_address=True)
+                                                port=cfg.port, backlog=511, reuse_address=True,
+                                                reuse_port=reuse_port or None)
+
+    async def listen_also(self, host: str, port: int) -> None:
+        """A second listener (a worker's own address under -w N), closed by ``stop``."""
+        loop = asyncio.get_running_loop()
+        self._extra.append(await loop.create_server(lambda: Connection(self), host=host, port=port,
+                                                    backlog=511, reuse_address=True, reuse_port=True))
 
     def defer_flush(self, conn: Connection) -> None:
         """Flush ``conn``'s replies in the next loop turn, together with every other
@@ -537,6 +547,8 @@ class PionServer:
         self.closing = True
         if self._server is not None:
             self._server.close()
+        for extra in self._extra:
+            extra.close()
         for conn in list(self.clients.values()):
             conn.begin_shutdown()
         if self.clients:
@@ -549,3 +561,5 @@ class PionServer:
                     conn.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        for extra in self._extra:
+            await extra.wait_closed()

@@ -25,26 +25,32 @@ from pion.server.receipt import Receipt
 from pion.server.semantic.embedder import MiniLMEmbedder
 from pion.server.store.stores import Stores
 from pion.server.tenants import TenantRegistry
+from pion.server.workers.routing import install_directory_hooks, publish_all, route_table
+from pion.server.workers.runtime import WorkerRuntime
 
-WORKER_ID = 0  # one worker per process in this build; -w N gives each worker its own files
+WORKER_ID = 0  # the single-process server's files; -w N gives each worker its own (pion.vstore.<w>)
 
 
-def build_state(config: ServerConfig) -> ServerState:
+def build_state(config: ServerConfig, worker: WorkerRuntime | None = None) -> ServerState:
     """The worker's parts, in dependency order: stores, receipt, embedder, persistence,
-    command table and dispatcher, network."""
+    command table (routed across the group under -w N) and dispatcher, network."""
     stores = Stores.make(max_sessions=config.max_sessions, maxmemory=config.maxmemory)
     receipt = Receipt(config.prefill_us_per_token)
     embedder = MiniLMEmbedder(threads=config.embed_threads or None)
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
-    persist = Persistence(PersistOptions(config.data_dir, WORKER_ID, policy, config.wal_max_bytes,
+    worker_id = WORKER_ID if worker is None else worker.worker_id
+    persist = Persistence(PersistOptions(config.data_dir, worker_id, policy, config.wal_max_bytes,
                                          config.wal_repair))
     tenants = TenantRegistry(config.tenants, config.requirepass, config.ns_prefix, receipt)
     table = build_table()
+    if worker is not None:
+        route_table(table, worker)
     dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us,
                             config.slowlog_max_len, tenants=tenants)
     state = ServerState(config=config, started_at=time.time(), stores=stores, receipt=receipt,
                         embedder=embedder, persist=persist, table=table, dispatcher=dispatcher,
-                        tenants=tenants, admission=Admission(config.admission, config.admission_window))
+                        tenants=tenants, admission=Admission(config.admission, config.admission_window),
+                        worker=worker)
     state.network = PionServer(state, dispatcher)
     return state
 
@@ -57,6 +63,9 @@ def open_state(state: ServerState) -> None:
     search.defer_indexing()  # FT indexes are built once, in bulk, after the replay
     persist.recover(make_sink(state.stores))
     search.finish_deferred()
+    if state.worker is not None:  # the directory learns what this worker recovered
+        publish_all(state)
+        install_directory_hooks(state)
     attach(state.stores, persist)
     # Group commit per event-loop batch: small records are buffered and written (and
     # fsynced under always) once, before any reply of the batch leaves (net.py).
@@ -81,4 +90,6 @@ def close_state(state: ServerState) -> None:
         state.expiry_task.cancel()
         state.expiry_task = None
     state.embedder.close()
+    if state.worker is not None:
+        state.worker.close()
     state.persist.close()

@@ -125,4 +125,6 @@ ACCESS: dict[str, Access] = {
     "ATTEND.PREFIX.QUERY_FUSED": KEY0, "ATTEND.PREFIX.QUERY_SPARSE": KEY0,
     "ATTEND.PREFIX.QUERY_SPARSE_AUTO": KEY0, "ATTEND.PREFIX.QUERY_SPARSE_AUTO_FUSED": KEY0,
     "KV.PREFIX.WARM": Access.keys(0, 3),
+    # workers.py: which worker this connection is on (addresses only, no data)
+    "PION.WORKER": NONE,
 }

@@ -120,8 +120,8 @@ def cmd_kvprefix_register_schema(ctx: CommandContext, args: list[bytes]) -> obje
     return OK
 
 
-def cmd_kvprefix_lookup(ctx: CommandContext, args: list[bytes]) -> object:
-    ns = word(args[0])
+def parse_lookup_options(args: list[bytes]) -> tuple[int | None, float | None]:
+    """LOOKUP's ``[TOKENS <n>] [PREFILL_MS <ms>]`` after the namespace: (tokens, prefill_ms)."""
     tokens: int | None = None
     prefill_ms: float | None = None
     i = 1
@@ -134,6 +134,12 @@ def cmd_kvprefix_lookup(ctx: CommandContext, args: list[bytes]) -> object:
         else:
             raise syntax_error(args[i])
         i += 2
+    return tokens, prefill_ms
+
+
+def cmd_kvprefix_lookup(ctx: CommandContext, args: list[bytes]) -> object:
+    ns = word(args[0])
+    tokens, prefill_ms = parse_lookup_options(args)
     store = ctx.server.stores.vstore
     hit, k_tokens = store.lookup_prefix(ns)
     receipt = receipt_for(ctx)

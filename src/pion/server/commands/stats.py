@@ -2,6 +2,8 @@
 
   PION.STATS        -> map of 16 fields (RESP3 map; RESP2 flat array of name, value, ...)
   PION.STATS RESET  -> +OK, counters zeroed (uptime keeps running)
+  PION.STATS ALL    -> the same map summed over every worker of -w N (this worker's under -w 1;
+                       the sum is workers/routing.py's)
 
 Under ``--admission 2hit`` two fields follow the 16: ``admission_deferred`` and
 ``admission_admitted``. A connection confined to a tenant reads (and RESETs) the tenant's own
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
 def cmd_stats_pion_stats(ctx: CommandContext, args: list[bytes]) -> object:
     receipt = receipt_for(ctx)
-    if not args:
+    if not args or (len(args) == 1 and option(args[0]) == "ALL"):  # (ALL: summed by workers/routing.py)
         snapshot: dict[str, int | float] = dict(receipt.snapshot())
         if ctx.server.admission is not None and ctx.server.admission.two_hit:
             snapshot.update(receipt.admission_snapshot())

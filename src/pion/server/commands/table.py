@@ -31,6 +31,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.attend",
     "pion.server.commands.persist",
     "pion.server.commands.acl",
+    "pion.server.commands.workers",
 )
 
 InfoSections = dict[str, list[tuple[str, object]]]

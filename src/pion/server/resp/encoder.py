@@ -20,7 +20,7 @@ import math
 import numbers
 from typing import Any
 
-from pion.server.resp.replies import OK, ErrorReply, NullArray, SimpleString, Verbatim
+from pion.server.resp.replies import OK, ErrorReply, NullArray, RawReply, SimpleString, Verbatim
 
 CRLF = b"\r\n"
 LARGE_PAYLOAD = 16 * 1024  # payloads at least this big are queued as their own chunk
@@ -149,6 +149,9 @@ def encode_reply(value: Any, resp3: bool, out: list[Any]) -> int:
         chunk = encode_error(value.code, value.message)
         out.append(chunk)
         return len(chunk)
+    if cls is RawReply:
+        out.append(value.data)
+        return len(value.data)
     if cls is set or cls is frozenset:
         head = (b"~%d\r\n" if resp3 else b"*%d\r\n") % len(value)
         out.append(head)

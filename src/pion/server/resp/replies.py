@@ -13,6 +13,7 @@ Handlers return plain Python values and these small wrappers:
   dict                 -> RESP3 map, RESP2 flat array [k1, v1, k2, v2, ...]
   Verbatim(text)       -> RESP3 verbatim string (txt), RESP2 bulk string
   ErrorReply(code,msg) -> -CODE msg  (inside an array; top-level errors are raised as CommandError)
+  RawReply(data)       -> ``data`` as it is: a reply another worker already encoded (-w N)
 
 A handler may also be ``async def`` (for fsync under appendfsync always, or work
 run in a thread such as embedding); the dispatcher awaits it.
@@ -48,6 +49,13 @@ class ErrorReply:
 
     code: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RawReply:
+    """A complete RESP reply, already encoded (relayed from another worker unchanged)."""
+
+    data: bytes
 
 
 OK = SimpleString("OK")

@@ -338,6 +338,14 @@ class VStore:
     def lookup_prefix(self, ns: str) -> tuple[bool, int]:
         """(hit, K-side layer-0 tokens). A hit needs both sessions, and with LAYERS n registered
         every one of the 2n layers holding the same non-zero token count. A hit touches both."""
+        hit, tokens = self.peek_prefix(ns)
+        if hit:
+            self._touch(self._sessions[k_session(ns)])
+            self._touch(self._sessions[v_session(ns)])
+        return hit, tokens
+
+    def peek_prefix(self, ns: str) -> tuple[bool, int]:
+        """``lookup_prefix`` without touching the LRU order (the cross-worker directory's view)."""
         k = self._sessions.get(k_session(ns))
         v = self._sessions.get(v_session(ns))
         if k is None or v is None:
@@ -347,8 +355,6 @@ class VStore:
             counts = {side.rows_in(layer) for side in (k, v) for layer in range(entry.layers)}
             if len(counts) != 1 or 0 in counts:
                 return False, 0
-        self._touch(k)
-        self._touch(v)
         return True, k.rows_in(0)
 
     # ---- internals -----------------------------------------------------------------------
