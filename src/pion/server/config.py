@@ -25,6 +25,7 @@ from pion.common.options import (Option, load_options, parse_bool, parse_byte_si
                                  parse_int, parse_optional_text, parse_path, parse_positive_size, parse_text)
 from pion.common.options import build_arg_parser as build_arg_parser_for
 from pion.common.ports import PION_SERVER_PORT
+from pion.server.store.eviction import POLICIES
 from pion.server.tenants import TenantSpec, parse_tenants
 
 DEFAULT_PORT = PION_SERVER_PORT
@@ -63,6 +64,9 @@ class ServerConfig:
     ns_prefix: str | None = None  # confines the default user to this prefix
     admission: str = "always"  # KV.PREFIX.REGISTER admission: always | 2hit (server/admission.py)
     admission_window: int = 65536  # 2hit: namespaces the ghost list remembers (oldest forgotten)
+    databases: int = 16  # numbered keyspaces for SELECT (Redis's default)
+    maxmemory_policy: str = "allkeys-lru"  # which keys go under --maxmemory (docs/keyspace.md)
+    maxmemory_samples: int = 5  # keys sampled per database per eviction (Redis's default)
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -132,6 +136,13 @@ OPTIONS: list[Option] = [
            "KV.PREFIX.REGISTER admission: always (default) | 2hit (first register answers +DEFERRED)"),
     Option(("--admission-window",), "admission_window", parse_int(1),
            "2hit: how many deferred namespaces the ghost list remembers (default 65536)"),
+    Option(("--databases",), "databases", parse_int(1, 1024),
+           "numbered keyspaces SELECT can choose (default 16, like Redis)"),
+    Option(("--maxmemory-policy",), "maxmemory_policy", parse_choice(*POLICIES),
+           "which keys leave under --maxmemory: allkeys-lru (default: a cache) | noeviction | "
+           "allkeys-lfu | allkeys-random | volatile-lru | volatile-lfu | volatile-random | volatile-ttl"),
+    Option(("--maxmemory-samples",), "maxmemory_samples", parse_int(1, 64),
+           "keys sampled per database for each eviction (default 5, like Redis)"),
 ]
 
 
