@@ -44,6 +44,8 @@ ENV_SAMPLES: dict[str, tuple[str, object]] = {
     "embed_threads": ("2", 2), "hz": ("50", 50), "appendfsync": ("always", "always"),
     "wal_max_bytes": ("300kb", 300 * 1024), "wal_repair": ("yes", True),
     "binary_port": ("0", 0), "attention_threads": ("2", 2),
+    "databases": ("4", 4), "maxmemory_policy": ("volatile-ttl", "volatile-ttl"),
+    "maxmemory_samples": ("10", 10),
 }
 
 

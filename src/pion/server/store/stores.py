@@ -16,7 +16,7 @@ then keys by the policy. A write that still does not fit gets -OOM.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pion.common.errors import CommandError
 from pion.common.ids import Namespace, SessionId, k_session, v_session
@@ -42,8 +42,14 @@ class Stores:
     search: SearchStore
     ssm: SsmStateStore
     attend: AttendSlots
-    dbs: tuple[Keyspace, ...]  # SELECT n; dbs[0] is ``keyspace``
-    evictor: Evictor
+    dbs: tuple[Keyspace, ...] = ()  # SELECT n; dbs[0] is ``keyspace`` (default: just it)
+    evictor: Evictor = field(default_factory=lambda: Evictor(()))
+
+    def __post_init__(self) -> None:
+        if not self.dbs:  # built around given stores (tests): database 0 alone, nothing evicts
+            object.__setattr__(self, "dbs", (self.keyspace,))
+        if not self.evictor.dbs:
+            object.__setattr__(self, "evictor", Evictor(self.dbs))
 
     @classmethod
     def make(cls, max_sessions: int = 256, maxmemory: int = 0, databases: int = 1,
