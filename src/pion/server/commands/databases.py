@@ -26,11 +26,14 @@ SAME_OBJECT = "source and destination objects are the same"
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
 
-def _c_int(raw: bytes, not_an_int: str = NOT_AN_INTEGER) -> int:
-    """A database number as Redis reads it (string2ll, then a C int)."""
+def _c_int(raw: bytes, not_an_int: str | None = None) -> int:
+    """A database number as Redis reads it (string2ll, then a C int; Redis's two texts
+    unless the command names its own)."""
     n = strict_int(raw)
-    if n is None or not I32_MIN <= n <= I32_MAX:
-        raise CommandError(not_an_int)
+    if n is None:
+        raise CommandError(not_an_int or NOT_AN_INTEGER)
+    if not I32_MIN <= n <= I32_MAX:
+        raise CommandError(not_an_int or f"value is out of range, value must between {I32_MIN} and {I32_MAX}")
     return n
 
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pion.common.ids import K_SUFFIX, V_SUFFIX
 from pion.server.persist.records import RecordType
+from pion.server.persist.recovery import RecoveryError
+from pion.server.store.stores import DatabaseOutOfRange
 from pion.server.store.records import (
     FtCreate, FtGraph, KeyExpire, KeyHSet, KeySet, PrefixRegister, Record, SemanticSet, SsmStore,
     VCreate, VStoreBatch, decode_record,
@@ -48,7 +50,10 @@ def make_sink(stores: Stores) -> Callable[[int, dict[str, Any]], None]:
     """The recovery sink: one decoded record -> the store method that made it."""
 
     def sink(rtype: int, fields: dict[str, Any]) -> None:
-        decode_record(rtype, fields).apply(stores)
+        try:
+            decode_record(rtype, fields).apply(stores)
+        except DatabaseOutOfRange as exc:  # loading it would drop a database's keys: refuse
+            raise RecoveryError(f"{exc}: start with --databases {exc.db + 1} or more") from None
     return sink
 
 

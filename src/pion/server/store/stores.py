@@ -30,6 +30,14 @@ from pion.server.store.ssm import SsmStateStore
 from pion.server.store.vstore import VStore
 
 
+class DatabaseOutOfRange(ValueError):
+    """A record names a database this server was not started with (recovery refuses to start)."""
+
+    def __init__(self, db: int, databases: int) -> None:
+        super().__init__(f"database {db} is out of range (--databases {databases})")
+        self.db = db
+
+
 @dataclass(frozen=True, slots=True)
 class Stores:
     """The V-store (V.*, KV.PREFIX.*), the keyspace (SET/GET/HSET...), the semantic cache and
@@ -113,9 +121,9 @@ class Stores:
 
     # ---- numbered databases -----------------------------------------------------------------
     def db(self, n: int) -> Keyspace:
-        """Database ``n``; ValueError (a replayed record beyond ``--databases``) when absent."""
+        """Database ``n``; DatabaseOutOfRange (a replayed record beyond ``--databases``)."""
         if not 0 <= n < len(self.dbs):
-            raise ValueError(f"database {n} is out of range (--databases {len(self.dbs)})")
+            raise DatabaseOutOfRange(n, len(self.dbs))
         return self.dbs[n]
 
     def swap_dbs(self, a: int, b: int) -> None:
