@@ -357,9 +357,12 @@ def cmd_strings_getbit(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 def cmd_strings_bitcount(ctx: CommandContext, args: list[bytes]) -> Any:
+    """Redis 7.0's order: a missing key is 0 whatever the arguments, then the range."""
     value = _string(_keyspace(ctx), args[0])
+    if value is None:
+        return 0
     if len(args) == 1:
-        return 0 if value is None else int.from_bytes(value, "big").bit_count()
+        return int.from_bytes(value, "big").bit_count()
     if len(args) not in (3, 4):
         raise CommandError(SYNTAX_ERROR)
     start, end = parse_redis_int(args[1]), parse_redis_int(args[2])
@@ -371,8 +374,6 @@ def cmd_strings_bitcount(ctx: CommandContext, args: list[bytes]) -> Any:
         if unit not in (b"BIT", b"BYTE"):
             raise CommandError(SYNTAX_ERROR)
         in_bits = unit == b"BIT"
-    if value is None:
-        return 0
     total = len(value) * (8 if in_bits else 1)
     span = _clamp_range(start, end, total)
     if span is None:
