@@ -69,7 +69,7 @@ def test_tracking_runs_only_while_a_budget_and_an_evicting_policy_are_set() -> N
     assert [ks.tracker for ks in dbs] == [None, None]
     dbs[1].set(b"a", b"v")
     evictor.configure("allkeys-lru", 5, budget=1000)
-    assert dbs[1].tracker is not None and b"a" in dbs[1].tracker.all
+    assert dbs[1].tracker is not None and b"a" in dbs[1].tracker
     evictor.configure("noeviction", 5, budget=1000)
     assert [ks.tracker for ks in dbs] == [None, None]
     assert evictor.evict_one() == 0
@@ -83,5 +83,5 @@ def test_swapping_databases_carries_their_tracking_along() -> None:
     dbs[1].set(b"one", b"v")
     dbs[0].swap_with(dbs[1])
     assert dbs[0].peek(b"one") == b"v" and dbs[1].peek(b"zero") == b"v"
-    assert dbs[0].tracker is not None and dbs[0].tracker.all.keys() == [b"one"]
+    assert dbs[0].tracker is not None and list(dbs[0].tracker.order) == [b"one"]
     assert dbs[0].used_bytes == len(b"one") + 1 + 96

@@ -4,8 +4,10 @@ pass ``--maxmemory`` — Redis's policies and its sampled approximation.
 Redis does not keep keys in exact LRU/LFU order; each eviction samples ``maxmemory-samples``
 keys per database, merges them into a pool of the 16 best candidates kept between evictions
 (``EVPOOL_SIZE``), and evicts the best one still present. We do the same over the
-``KeyTracker`` pools (``store/key_tracking.py``): O(samples x databases) per evicted key,
-whatever the keyspace's size, and no per-access reordering (an LRU access is one dict store).
+``KeyTracker`` pools (``store/key_tracking.py``) for every policy but ``allkeys-lru``, which is
+exact: each database keeps its keys in access order (an ``OrderedDict``, a C move-to-end per
+access) and the oldest head across databases goes. Measured in ``benchmarks/bench_eviction.py``:
+the same hit ratio as sampling, ~10x less time per operation in Python.
 
 Policies (Redis's meanings): ``noeviction`` (a write that does not fit gets -OOM),
 ``allkeys-lru``, ``allkeys-lfu``, ``allkeys-random``, ``volatile-lru``, ``volatile-lfu``,
@@ -102,12 +104,14 @@ class Evictor:
             return 0
         if self.policy.endswith("-random"):
             return self._evict_random()
+        if self.policy == "allkeys-lru":
+            return self._evict_oldest()
         self._populate()
         while self._pool:
             _, db, key = self._pool.pop()
             ks = self.dbs[db]
             tracker = ks.tracker
-            if tracker is None or key not in tracker.all:
+            if tracker is None or key not in tracker:
                 continue
             if self.volatile and key not in tracker.volatile:
                 continue
@@ -121,10 +125,22 @@ class Evictor:
             if tracker is None:
                 continue
             source = tracker.volatile if self.volatile else tracker.all
-            for key in source.sample(self.samples):
+            for key in source.sample(self.samples) if source else ():
                 pool[(db, key)] = tracker.score(key, self.policy, ks.expire_at_ms(key))
         best = sorted((score, db, key) for (db, key), score in pool.items())
         self._pool = best[-EVPOOL_SIZE:]
+
+    def _evict_oldest(self) -> int:
+        best: tuple[int, Keyspace, bytes] | None = None
+        for ks in self.dbs:
+            tracker = ks.tracker
+            head = None if tracker is None else tracker.oldest()
+            if head is None:
+                continue
+            key, tick = head
+            if best is None or tick < best[0]:
+                best = (tick, ks, key)
+        return 0 if best is None else self._evict(best[1], best[2])
 
     def _evict_random(self) -> int:
         weights = []

@@ -115,8 +115,8 @@ class Stores:
             return
         if self.evictor.enabled:
             over = self.used_bytes + extra_bytes - limit
-            if over > 0:
-                self.evictor.evict(over)
+            if over <= 0 or self.evictor.evict(over) >= over:
+                return  # fits (keyspace writes take no session slot)
         self.vstore.make_room(extra_bytes)
 
     # ---- numbered databases -----------------------------------------------------------------
