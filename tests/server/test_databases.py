@@ -160,3 +160,14 @@ def test_v_store_and_kv_prefix_are_global_whatever_the_connection_selected(
         five.execute_command("V.CREATE", "glob:s", "4")
         assert zero.execute_command("V.INFO", "glob:s") is not None
         zero.execute_command("V.DROP", "glob:s")
+
+
+def test_ft_indexes_follow_database_0_through_swapdb(pion_server: ServerProcess) -> None:
+    with pion_server.client() as zero, pion_server.client(db=1) as one:
+        zero.hset("doc:a", "t", "hello")
+        zero.execute_command("FT.CREATE", "idx", "ON", "HASH", "PREFIX", "1", "doc:", "SCHEMA", "t", "TEXT")
+        one.hset("doc:b", "t", "hello")  # database 1: not indexed
+        assert zero.execute_command("FT.SEARCH", "idx", "hello") == [1, b"doc:a", [b"t", b"hello"]]
+        zero.swapdb(0, 1)
+        assert zero.execute_command("FT.SEARCH", "idx", "hello") == [1, b"doc:b", [b"t", b"hello"]]
+        assert one.hgetall("doc:a") == {b"t": b"hello"}
