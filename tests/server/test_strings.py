@@ -86,3 +86,12 @@ def test_computed_values_in_database_0_come_back_after_kill_9(tmp_path: Path) ->
             assert {k: (r.get(k), r.ttl(k) > 0) for k in sorted(r.keys("*"))} == before
     finally:
         server.stop()
+
+
+def test_lcs_refuses_a_table_too_big_to_fill_without_stalling_the_server(
+        shared_pion_server: ServerProcess) -> None:
+    with shared_pion_server.client() as r:
+        r.mset({"lcs:a": "a" * 5000, "lcs:b": "b" * 5000})
+        with pytest.raises(redis.ResponseError, match="more than 16777216 cells"):
+            r.execute_command("LCS", "lcs:a", "lcs:b")
+        assert r.ping() is True
