@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from support.procs import ServerProcess, start_server
-from support.redis_oracle import Pair, make_pair, redis_oracle_port  # noqa: F401 - fixture
+from support.redis_oracle import Pair, make_pair, redis_oracle_port  # a fixture, imported so pytest finds it
 
 SCRIPT: list[tuple[Any, ...]] = [
     ("SET", "a", "0"), ("SELECT", "1"), ("SET", "a", "1"), ("SET", "b", "1"), ("DBSIZE",),

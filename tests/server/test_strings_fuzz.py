@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.procs import ServerProcess
-from support.redis_oracle import Pair, make_pair, redis_oracle_port  # noqa: F401 - fixture
+from support.redis_oracle import Pair, make_pair, redis_oracle_port  # a fixture, imported so pytest finds it
 
 KEYS = st.sampled_from(["a", "b", "c", "h"])
 VALUES = st.one_of(st.sampled_from(["", "0", "1", "-7", "12", "9223372036854775807", "1.5", "x y", "foobar",

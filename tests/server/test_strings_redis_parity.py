@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from support.procs import ServerProcess
-from support.redis_oracle import Pair, make_pair, redis_oracle_port  # noqa: F401 - fixture
+from support.redis_oracle import Pair, make_pair, redis_oracle_port  # a fixture, imported so pytest finds it
 
 SCRIPTS: dict[str, list[tuple[Any, ...]]] = {
     "getdel": [("SET", "k", "v"), ("GETDEL", "k"), ("GET", "k"), ("GETDEL", "k"),
