@@ -85,3 +85,14 @@ def test_swapping_databases_carries_their_tracking_along() -> None:
     assert dbs[0].peek(b"one") == b"v" and dbs[1].peek(b"zero") == b"v"
     assert dbs[0].tracker is not None and list(dbs[0].tracker.order) == [b"one"]
     assert dbs[0].used_bytes == len(b"one") + 1 + 96
+
+
+def test_byte_accounting_is_the_same_with_and_without_tracking() -> None:
+    for budget in (0, 10_000):
+        ks = _dbs(1)[0]
+        Evictor((ks,)).configure("allkeys-lru", 5, budget)
+        ks.set(b"k", b"small")
+        ks.set(b"k", b"a much longer value")
+        ks.hset(b"h", [b"f", b"v"])
+        ks.set(b"h", b"now a string")
+        assert ks.used_bytes == (1 + 19 + 96) + (1 + 12 + 96)

@@ -195,13 +195,14 @@ class Keyspace:
             self.used_bytes += entry_bytes(key, value)
             if self.tracker is not None:
                 self.tracker.added(key, expire_at_ms is not None)
-        elif self.tracker is not None:
-            self.tracker.touch(key)
-            self.tracker.ttl_changed(key, expire_at_ms is not None)
-        elif type(old) is bytes:
-            self.used_bytes += len(value) - len(old)
         else:
-            self.used_bytes += len(value) - value_bytes(old)
+            if type(old) is bytes:
+                self.used_bytes += len(value) - len(old)
+            else:
+                self.used_bytes += len(value) - value_bytes(old)
+            if self.tracker is not None:
+                self.tracker.touch(key)
+                self.tracker.ttl_changed(key, expire_at_ms is not None)
         self._data[key] = value
         if expire_at_ms is None:
             if self._expires:
