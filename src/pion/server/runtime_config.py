@@ -4,7 +4,8 @@
 Everything else is fixed at start-up (flags, ``PION_*`` env). A change replaces
 ``state.config`` (a frozen dataclass: readers always see one consistent config) and applies
 the budget to the stores at once, so lowering ``maxmemory`` evicts now. Errors use Redis 7's
-texts; a CONFIG SET with several pairs changes nothing unless every pair is valid.
+texts (``maxmemory-samples`` stops at 64 here); a CONFIG SET with several pairs changes nothing
+unless every pair is valid.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from pion.server.context import ServerState
 from pion.server.store.eviction import POLICIES
 
 SETTABLE = ("maxmemory", "maxmemory-policy", "maxmemory-samples")
+# The order Redis 7 lists them in its error text.
+REDIS_POLICY_ORDER = ("volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru",
+                      "allkeys-lfu", "allkeys-random", "noeviction")
 
 
 def _failed(name: str, why: str) -> CommandError:
@@ -36,13 +40,13 @@ def _parse(name: str, raw: bytes) -> tuple[str, object]:
     if name == "maxmemory-policy":
         policy = text.lower()
         if policy not in POLICIES:
-            raise _failed(name, "argument(s) must be one of the following: " + ", ".join(POLICIES))
+            raise _failed(name, "argument(s) must be one of the following: " + ", ".join(REDIS_POLICY_ORDER))
         return "maxmemory_policy", policy
     try:
         samples = int(text)
     except ValueError:
         raise _failed(name, "argument couldn't be parsed into an integer") from None
-    if not 1 <= samples <= 64:
+    if not 1 <= samples <= 64:  # Redis allows up to INT_MAX; more than 64 per database buys nothing
         raise _failed(name, "argument must be between 1 and 64 inclusive")
     return "maxmemory_samples", samples
 
