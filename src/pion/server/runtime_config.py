@@ -11,6 +11,7 @@ unless every pair is valid.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 from pion.common.errors import CommandError, ConfigError, clip_for_echo
 from pion.common.sizes import parse_size
@@ -51,17 +52,22 @@ def _parse(name: str, raw: bytes) -> tuple[str, object]:
     return "maxmemory_samples", samples
 
 
-def config_set(state: ServerState, args: list[bytes]) -> None:
-    """Apply ``name value [name value ...]`` or raise CommandError (nothing changed)."""
+def config_set(state: ServerState, args: list[bytes], known: Collection[str] = ()) -> None:
+    """Apply ``name value [name value ...]`` or raise CommandError (nothing changed).
+
+    ``known``: the names CONFIG GET shows; setting one of those that is fixed at start-up is
+    refused with Redis's text for an immutable config, any other name with its unknown-option text.
+    """
     if not args or len(args) % 2:
         raise CommandError("wrong number of arguments for 'config|set' command")
     changes: dict[str, object] = {}
     for i in range(0, len(args), 2):
         name = args[i].decode("utf-8", "replace").lower()
         if name not in SETTABLE:
+            if name in known:
+                raise _failed(name, "can't set immutable config")
             raise CommandError(f"Unknown option or number of arguments for CONFIG SET - "
-                               f"'{clip_for_echo(args[i])}' (only {', '.join(SETTABLE)} can be "
-                               "changed at run time; the rest is fixed at start-up)")
+                               f"'{clip_for_echo(args[i])}'")
         field, value = _parse(name, args[i + 1])
         changes[field] = value
     config = dataclasses.replace(state.config, **changes)  # type: ignore[arg-type]

@@ -389,7 +389,7 @@ def cmd_admin_config(ctx: CommandContext, args: list[bytes]) -> Any:
     if sub == b"SET":
         from pion.server.runtime_config import config_set
 
-        config_set(ctx.server, args[1:])
+        config_set(ctx.server, args[1:], known=_config_view(ctx).keys())
         return OK
     if sub in (b"RESETSTAT", b"REWRITE"):
         raise CommandError("CONFIG RESETSTAT/REWRITE are not supported: "
