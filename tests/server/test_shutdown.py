@@ -12,6 +12,7 @@ import pytest
 
 from pion.common.errors import ConfigError
 from pion.server.config import OPTIONS, ServerConfig, load_config
+from pion.server.tenants import TenantSpec
 from support.procs import start_server
 
 
@@ -46,6 +47,8 @@ ENV_SAMPLES: dict[str, tuple[str, object]] = {
     "binary_port": ("0", 0), "attention_threads": ("2", 2),
     "databases": ("4", 4), "maxmemory_policy": ("volatile-ttl", "volatile-ttl"),
     "maxmemory_samples": ("10", 10),
+    "tenants": ("t1:pw1:p1|", (TenantSpec("t1", "pw1", "p1|"),)), "ns_prefix": ("only|", "only|"),
+    "admission": ("2hit", "2hit"), "admission_window": ("9", 9),
 }
 
 

@@ -6,6 +6,10 @@ on connect). Only the keyspace (strings and hashes) is per database: the V-store
 SSM.PREFIX, semantic caches and FT.* indexes (which index database 0's hashes, as RediSearch
 does) are the same whatever a connection selected. FLUSHALL empties every database. Texts are
 Redis 7's.
+
+Tenants (``server/tenants.py``): a tenant's prefix applies in every database; SELECT, MOVE and
+COPY are open to it on its own keys, FLUSHDB and SWAPDB (everyone's keys) are the admin's. SELECT's
+access row is ``commands/access.py``'s (it predates this family).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from pion.common.errors import CommandError
 from pion.server.commands.keyspace import _keyspace, _make_room
+from pion.server.commands.access import ADMIN, KEY0, Access
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import CommandContext
 from pion.server.commands.strings import strict_int
@@ -119,11 +124,15 @@ COMMANDS: list[CommandSpec] = [
     CommandSpec("SELECT", 2, cmd_databases_select, frozenset({"fast"}),
                 "Choose the numbered database the connection's keyspace commands use"),
     CommandSpec("FLUSHDB", -1, cmd_databases_flushdb, frozenset({"write"}),
-                "Remove every key of the selected database"),
+                "Remove every key of the selected database",
+                access=ADMIN),
     CommandSpec("SWAPDB", 3, cmd_databases_swapdb, frozenset({"write", "fast"}),
-                "Exchange the contents of two databases"),
+                "Exchange the contents of two databases",
+                access=ADMIN),
     CommandSpec("MOVE", 3, cmd_databases_move, frozenset({"write", "fast"}),
-                "Move a key to another database"),
+                "Move a key to another database",
+                access=KEY0),
     CommandSpec("COPY", -3, cmd_databases_copy, frozenset({"write"}),
-                "Copy a key's value and TTL, optionally to another database"),
+                "Copy a key's value and TTL, optionally to another database",
+                access=Access.keys(0, 1)),
 ]
