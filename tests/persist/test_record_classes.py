@@ -16,6 +16,8 @@ from pion.server.store.records import (
     SemanticDel, SemanticFlush, SemanticFlushAll, SemanticSet, VCreate, VDrop, VFlush, VStoreBatch,
     decode_record, register,
 )
+from pion.server.store.records import (KeyCopy, KeyExpireDb, KeyHDelDb, KeyHSetDb, KeyMove, KeyRename, KeySetDb,
+                                       KeysDelDb, KeysFlushDb, KeysSwapDb)
 
 VEC = np.asarray([0.6, 0.8], dtype="<f4").tobytes()
 # One example per record class: adding a class means adding its example here.
@@ -44,6 +46,16 @@ EXAMPLES: dict[type[Record], Record] = {
     FtCreate: FtCreate("idx", (b"PREFIX", b"1", b"doc:", b"SCHEMA", b"t", b"TEXT")),
     FtDropIndex: FtDropIndex("idx"),
     FtGraph: FtGraph("idx", "v", (0, 1), (b"doc:a", b"doc:b"), b"\x00graph\xff"),
+    KeySetDb: KeySetDb(b"k", b"v", None, 3),
+    KeysDelDb: KeysDelDb((b"a", b"b"), 15),
+    KeyExpireDb: KeyExpireDb(b"k", 4_102_444_800_000, 1),
+    KeysFlushDb: KeysFlushDb(2),
+    KeyHSetDb: KeyHSetDb(b"h", (b"f", b"v"), 4),
+    KeyHDelDb: KeyHDelDb(b"h", (b"f",), 5),
+    KeysSwapDb: KeysSwapDb(0, 7),
+    KeyRename: KeyRename(1, b"old", b"new"),
+    KeyCopy: KeyCopy(0, b"src", 3, b"dst"),
+    KeyMove: KeyMove(2, b"k", 0),
 }
 
 
@@ -104,3 +116,11 @@ def test_the_set_records_direct_payload_is_the_generic_encoders_bytes(
         assert payload == b"".join(bytes(p) for p in parts)
     else:
         assert payload is None  # large values keep the zero-copy path
+
+
+def test_a_keyspace_record_of_database_n_is_its_db_twin_and_of_database_0_itself() -> None:
+    assert KeySet(b"k", b"v", None).in_db(3) == KeySetDb(b"k", b"v", None, 3)
+    assert KeyHDel(b"h", (b"f",)).in_db(2) == KeyHDelDb(b"h", (b"f",), 2)
+    assert KeysFlush().in_db(9) == KeysFlushDb(9)
+    assert KeyRename(1, b"a", b"b").in_db(4) == KeyRename(1, b"a", b"b")
+    assert KeyHDelDb(b"h", (b"f",), 2).fields() == {"key": b"h", "fields": (b"f",), "db": 2}

@@ -233,7 +233,7 @@ def test_only_the_write_subcommands_of_ai_semantic_cache_are_tracked_as_writes()
     assert spec.write_subcommands == frozenset({"SET", "DEL", "FLUSH"})
     dispatcher = Dispatcher({spec.name: spec}, None, -1)
     dispatcher.track_writes = True
-    client = SimpleNamespace(protocol=2, authenticated=True, last_command="", write_marks=[])
+    client = SimpleNamespace(protocol=2, authenticated=True, last_command="", write_marks=[], tenant=None, db=0)
     ctx = SimpleNamespace(client=client, server=SimpleNamespace(
         stores=SimpleNamespace(semantic=SemanticCacheStore()), receipt=Receipt(1000)))
     vec = _blob(_vec(1))

@@ -9,14 +9,14 @@ from pion.server.commands.store_args import parse_float, parse_int, parse_ms, pa
 from pion.server.errors import codec_error, oom_error, wal_misconf
 
 
-@pytest.mark.parametrize("raw, value", [(b"0", 0), (b"-12", -12), (b"007", 7),
+@pytest.mark.parametrize("raw, value", [(b"0", 0), (b"-12", -12), (b"70", 70),
                                         (b"9223372036854775807", 2**63 - 1),
                                         (b"-9223372036854775808", -(2**63))])
 def test_redis_integers_parse_like_redis_string2ll(raw: bytes, value: int) -> None:
     assert parse_redis_int(raw) == value
 
 
-@pytest.mark.parametrize("raw", [b"", b"+1", b" 1", b"1 ", b"1_0", b"1.5", b"-", b"0x10",
+@pytest.mark.parametrize("raw", [b"", b"+1", b" 1", b"1 ", b"1_0", b"1.5", b"-", b"0x10", b"007", b"-0",
                                  b"9223372036854775808", b"1" * 21, b"9" * 5000])
 def test_anything_else_gets_exactly_redis_error_text(raw: bytes) -> None:
     with pytest.raises(CommandError) as err:

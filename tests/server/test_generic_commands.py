@@ -71,10 +71,11 @@ def test_hello_setname_names_the_connection(conn3: redis.Redis) -> None:
     assert conn3.client_getname() == b"worker-7"
 
 
-def test_select_accepts_only_database_zero(conn: redis.Redis) -> None:
+def test_select_accepts_the_sixteen_databases_and_refuses_others(conn: redis.Redis) -> None:
     assert conn.select(0) is True
+    assert conn.select(15) is True
     with pytest.raises(redis.ResponseError, match="DB index is out of range"):
-        conn.select(1)
+        conn.select(16)
     with pytest.raises(redis.ResponseError, match="value is not an integer or out of range"):
         conn.execute_command("SELECT", "zero")
 
@@ -128,9 +129,10 @@ def test_info_has_the_standard_sections(conn: redis.Redis,
     assert "redis_version" not in only_clients
 
 
-def test_info_memory_names_the_session_lru_policy_that_max_sessions_always_applies(
+def test_info_memory_names_the_key_policy_and_the_session_lru_that_max_sessions_applies(
         conn: redis.Redis) -> None:
-    assert conn.info("memory")["maxmemory_policy"] == "lru-sessions"
+    memory = conn.info("memory")
+    assert (memory["maxmemory_policy"], memory["pion_session_eviction"]) == ("allkeys-lru", "lru-sessions")
 
 
 def test_maxmemory_policy_is_noeviction_only_without_any_bound() -> None:
@@ -148,8 +150,12 @@ def test_config_get_reports_the_effective_configuration(conn: redis.Redis) -> No
     got = conn.config_get("maxmemory")
     assert got == {"maxmemory": "0"}
     assert conn.config_get("append*") == {"appendonly": "yes", "appendfsync": "everysec"}
-    with pytest.raises(redis.ResponseError, match="not supported"):
-        conn.config_set("maxmemory", "1")
+    with pytest.raises(redis.ResponseError) as info:
+        conn.config_set("port", "1")
+    assert str(info.value) == "CONFIG SET failed (possibly related to argument 'port') - can't set immutable config"
+    with pytest.raises(redis.ResponseError) as info:
+        conn.config_set("foo", "1")
+    assert str(info.value) == "Unknown option or number of arguments for CONFIG SET - 'foo'"
 
 
 def test_dbsize_counts_keys_and_flushall_removes_them(pion_server: ServerProcess) -> None:

@@ -13,7 +13,7 @@ from support.replies import err
 
 
 def test_hset_that_cannot_fit_the_memory_budget_is_refused_and_records_nothing(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "data", "--maxmemory", "200000")
+    server = start_server(tmp_path / "data", "--maxmemory", "200000", "--maxmemory-policy", "noeviction")
     try:
         with server.client() as r:
             assert r.hset("h", mapping={"a": b"x" * 100_000}) == 1

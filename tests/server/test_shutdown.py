@@ -49,6 +49,8 @@ ENV_SAMPLES: dict[str, tuple[str, object]] = {
     "worker_placement": ("hash", "hash"), "directory_slots": ("128", 128),
     "tenants": ("alice:pw:a| bob:pw2:b|", (TenantSpec("alice", "pw", "a|"), TenantSpec("bob", "pw2", "b|"))),
     "ns_prefix": ("app|", "app|"), "admission": ("2hit", "2hit"), "admission_window": ("99", 99),
+    "databases": ("4", 4), "maxmemory_policy": ("volatile-ttl", "volatile-ttl"),
+    "maxmemory_samples": ("10", 10),
 }
 
 

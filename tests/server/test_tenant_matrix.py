@@ -83,6 +83,19 @@ SAMPLES: dict[str, Sample] = {
                                                         ROW, ROW, "x"),
     "KV.PREFIX.WARM": lambda p: (p + "ns", "1", "4", p + "att2"),
     "PION.WORKER": lambda p: (),
+    # strings.py and databases.py (issue 21)
+    "GETDEL": lambda p: (p + "str",), "GETEX": lambda p: (p + "str", "EX", "100"),
+    "SETEX": lambda p: (p + "str", "100", "v"), "PSETEX": lambda p: (p + "str", "100000", "v"),
+    "SETNX": lambda p: (p + "new", "v"), "MSETNX": lambda p: (p + "n1", "x", p + "n2", "y"),
+    "RENAME": lambda p: (p + "str", p + "moved"), "RENAMENX": lambda p: (p + "str", p + "moved"),
+    "GETRANGE": lambda p: (p + "str", "0", "-1"), "SUBSTR": lambda p: (p + "str", "0", "-1"),
+    "SETRANGE": lambda p: (p + "str", "1", "x"), "APPEND": lambda p: (p + "str", "x"),
+    "STRLEN": lambda p: (p + "str",), "INCR": lambda p: (p + "n",), "DECR": lambda p: (p + "n",),
+    "INCRBY": lambda p: (p + "n", "2"), "DECRBY": lambda p: (p + "n", "2"),
+    "INCRBYFLOAT": lambda p: (p + "n", "1.5"), "SETBIT": lambda p: (p + "bits", "7", "1"),
+    "GETBIT": lambda p: (p + "str", "1"), "BITCOUNT": lambda p: (p + "str",),
+    "LCS": lambda p: (p + "str", p + "new"), "FLUSHDB": lambda p: (), "SWAPDB": lambda p: ("0", "1"),
+    "MOVE": lambda p: (p + "str", "1"), "COPY": lambda p: (p + "str", p + "copy"),
 }
 
 

@@ -78,6 +78,16 @@ def test_a_key_written_through_one_worker_is_read_through_the_other(group: Worke
         assert (w0.get(key), w1.exists(key)) == (None, 0)
 
 
+def test_string_and_database_commands_through_worker_1_act_on_worker_0s_keyspace(group: WorkerGroup) -> None:
+    key = name("str")
+    with group.worker(1, db=3) as w1, group.worker(0, db=3) as w0, group.worker(0) as w0_db0:
+        assert (w1.incrby(key, 5), w1.append(key, "0"), w0.get(key)) == (5, 2, b"50")
+        assert (w1.copy(key, key + "c"), w0.get(key + "c")) == (True, b"50")
+        assert (w1.move(key, 4), w0.exists(key)) == (True, 0)
+        assert w0_db0.exists(key + "c") == 0  # db 3's, not db 0's
+        assert (w1.flushdb(), w0.dbsize()) == (True, 0)
+
+
 def test_forwarded_replies_keep_resp3_types_and_errors(group: WorkerGroup) -> None:
     key = name("r3")
     with group.worker(1, protocol=3) as w1:

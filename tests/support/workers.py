@@ -17,10 +17,10 @@ class WorkerGroup:
     server: ServerProcess
     ports: list[int]
 
-    def worker(self, index: int, protocol: int = 2) -> redis.Redis:
+    def worker(self, index: int, protocol: int = 2, db: int = 0) -> redis.Redis:
         """A client pinned to worker ``index`` (its own address)."""
         return redis.Redis(host="127.0.0.1", port=self.ports[index], password=self.server.password,
-                           protocol=protocol, socket_timeout=10)
+                           protocol=protocol, db=db, socket_timeout=10)
 
     def pids(self) -> list[int]:
         out = []

@@ -25,6 +25,7 @@ from pion.common.options import (Option, load_options, parse_bool, parse_byte_si
                                  parse_int, parse_optional_text, parse_path, parse_positive_size, parse_text)
 from pion.common.options import build_arg_parser as build_arg_parser_for
 from pion.common.ports import PION_SERVER_PORT
+from pion.server.store.eviction import POLICIES
 from pion.server.tenants import TenantSpec, parse_tenants
 
 DEFAULT_PORT = PION_SERVER_PORT
@@ -67,6 +68,9 @@ class ServerConfig:
     independent_workers: bool = False  # -w N without the directory: N separate stores (docs/workers.md)
     worker_placement: str = "connection"  # where a new namespace goes under -w N: connection | hash
     directory_slots: int = 16384  # entries of the cross-worker directory (64 bytes each)
+    databases: int = 16  # numbered keyspaces for SELECT (Redis's default)
+    maxmemory_policy: str = "allkeys-lru"  # which keys go under --maxmemory (docs/keyspace.md)
+    maxmemory_samples: int = 5  # keys sampled per database per eviction (Redis's default)
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -141,6 +145,13 @@ OPTIONS: list[Option] = [
            "-w N: a new namespace goes to the connection's worker (default) or to crc32(name) % N"),
     Option(("--directory-slots",), "directory_slots", parse_int(64, 1 << 24),
            "-w N: entries of the cross-worker directory (default 16384, 64 bytes each)"),
+    Option(("--databases",), "databases", parse_int(1, 1024),
+           "numbered keyspaces SELECT can choose (default 16, like Redis)"),
+    Option(("--maxmemory-policy",), "maxmemory_policy", parse_choice(*POLICIES),
+           "which keys leave under --maxmemory: allkeys-lru (default: a cache) | noeviction | "
+           "allkeys-lfu | allkeys-random | volatile-lru | volatile-lfu | volatile-random | volatile-ttl"),
+    Option(("--maxmemory-samples",), "maxmemory_samples", parse_int(1, 64),
+           "keys sampled per database for each eviction (default 5, like Redis)"),
 ]
 
 

@@ -34,7 +34,9 @@ WORKER_ID = 0  # the single-process server's files; -w N gives each worker its o
 def build_state(config: ServerConfig, worker: WorkerRuntime | None = None) -> ServerState:
     """The worker's parts, in dependency order: stores, receipt, embedder, persistence,
     command table (routed across the group under -w N) and dispatcher, network."""
-    stores = Stores.make(max_sessions=config.max_sessions, maxmemory=config.maxmemory)
+    stores = Stores.make(max_sessions=config.max_sessions, maxmemory=config.maxmemory,
+                         databases=config.databases, policy=config.maxmemory_policy,
+                         samples=config.maxmemory_samples)
     receipt = Receipt(config.prefill_us_per_token)
     embedder = MiniLMEmbedder(threads=config.embed_threads or None)
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
@@ -78,10 +80,12 @@ def open_state(state: ServerState) -> None:
 
 
 async def _expire_forever(state: ServerState, interval_s: float) -> None:
-    keyspace = state.stores.keyspace
+    dbs = state.stores.dbs
     while True:
         await asyncio.sleep(interval_s)
-        keyspace.active_expire_cycle()
+        for keyspace in dbs:
+            if keyspace.n_expires:
+                keyspace.active_expire_cycle()
 
 
 def close_state(state: ServerState) -> None:

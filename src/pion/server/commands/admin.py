@@ -1,6 +1,6 @@
 """Connection and server commands standard Redis tools need.
 
-PING ECHO HELLO AUTH SELECT CLIENT COMMAND INFO CONFIG QUIT FLUSHALL.
+PING ECHO HELLO AUTH CLIENT COMMAND INFO CONFIG QUIT FLUSHALL (SELECT: ``databases.py``).
 
 Replies follow Redis 7 so redis-py, redis-cli and redis-benchmark behave as they do
 against Redis: HELLO's map, AUTH's ``-WRONGPASS`` wording, ``COMMAND DOCS`` (redis-cli's
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from pion import __version__
 from pion.common.errors import CommandError, arity_error, clip_for_echo
 from pion.server.commands.spec import CommandSpec
-from pion.server.commands.store_args import parse_redis_int
 from pion.server.errors import SYNTAX_ERROR, WRONGPASS
 from pion.server.context import ClientState, CommandContext
 from pion.server.resp.replies import OK, SimpleString, Verbatim
@@ -118,12 +117,6 @@ def cmd_admin_hello(ctx: CommandContext, args: list[bytes]) -> Any:
     return {"server": "redis", "version": REDIS_COMPAT_VERSION, "proto": protocol,
             "id": ctx.client.client_id, "mode": "standalone", "role": "master",
             "modules": [], "pion_version": __version__}
-
-
-def cmd_admin_select(ctx: CommandContext, args: list[bytes]) -> Any:
-    if parse_redis_int(args[0]) != 0:
-        raise CommandError("DB index is out of range")
-    return OK
 
 
 def cmd_admin_quit(ctx: CommandContext, args: list[bytes]) -> Any:
@@ -274,7 +267,9 @@ def _core_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
             ("used_memory", rss), ("used_memory_human", _human(rss)),
             ("used_memory_rss", rss), ("maxmemory", cfg.maxmemory),
             ("maxmemory_human", _human(cfg.maxmemory)),
-            ("maxmemory_policy", maxmemory_policy(cfg.maxmemory, cfg.max_sessions)),
+            ("maxmemory_policy", cfg.maxmemory_policy),
+            ("maxmemory_samples", cfg.maxmemory_samples),
+            ("pion_session_eviction", maxmemory_policy(cfg.maxmemory, cfg.max_sessions)),
         ],
     }
 
@@ -283,7 +278,8 @@ def maxmemory_policy(maxmemory: int, max_sessions: int) -> str:
     """What INFO reports: the least recently used V-store session (a prefix's K and V sides
     together) is evicted whenever ``--maxmemory`` or ``--max-sessions`` would be passed, so
     the policy is ``lru-sessions`` whenever either bound is set (``--max-sessions`` always
-    is: 256 by default). Keyspace keys are never evicted (a write that cannot fit → -OOM)."""
+    is: 256 by default). Keyspace keys follow ``--maxmemory-policy`` (INFO ``maxmemory_policy``);
+    this is INFO's ``pion_session_eviction``."""
     return "lru-sessions" if maxmemory > 0 or max_sessions > 0 else "noeviction"
 
 
@@ -368,7 +364,8 @@ def _config_view(ctx: CommandContext) -> dict[str, str]:
         "proto-max-bulk-len": str(cfg.proto_max_bulk_len),
         "slowlog-log-slower-than": str(cfg.slowlog_log_slower_than_us),
         "slowlog-max-len": str(cfg.slowlog_max_len),
-        "hz": str(cfg.hz), "databases": "1", "save": "",
+        "hz": str(cfg.hz), "databases": str(len(ctx.server.stores.dbs)), "save": "",
+        "maxmemory-policy": cfg.maxmemory_policy, "maxmemory-samples": str(cfg.maxmemory_samples),
         "appendonly": "yes", "appendfsync": cfg.appendfsync,  # the WAL is always on
         "wal-max-bytes": str(cfg.wal_max_bytes),
         "requirepass": cfg.requirepass or "", "loglevel": cfg.loglevel,
@@ -378,7 +375,7 @@ def _config_view(ctx: CommandContext) -> dict[str, str]:
 
 
 def cmd_admin_config(ctx: CommandContext, args: list[bytes]) -> Any:
-    """CONFIG GET <pattern>... (read-only view; the config is fixed at start-up)."""
+    """CONFIG GET <pattern>...; CONFIG SET for the eviction budget (``runtime_config.py``)."""
     sub = args[0].upper()
     if sub == b"GET" and len(args) >= 2:
         from pion.server.store.glob import compile_glob
@@ -389,8 +386,13 @@ def cmd_admin_config(ctx: CommandContext, args: list[bytes]) -> Any:
             regex = compile_glob(pattern.lower())
             found.update({k: v for k, v in view.items() if regex.match(k.encode())})
         return found
-    if sub in (b"SET", b"RESETSTAT", b"REWRITE"):
-        raise CommandError("CONFIG SET/RESETSTAT/REWRITE are not supported: "
+    if sub == b"SET":
+        from pion.server.runtime_config import config_set
+
+        config_set(ctx.server, args[1:], known=_config_view(ctx).keys())
+        return OK
+    if sub in (b"RESETSTAT", b"REWRITE"):
+        raise CommandError("CONFIG RESETSTAT/REWRITE are not supported: "
                            "pion-server's configuration is fixed at start-up (flags, PION_* env)")
     raise CommandError(f"unknown subcommand '{clip_for_echo(args[0])}'. Try CONFIG HELP.")
 
@@ -412,8 +414,6 @@ COMMANDS: list[CommandSpec] = [
                 "Handshake: choose RESP2/RESP3, authenticate, name the connection"),
     CommandSpec("AUTH", -2, cmd_admin_auth, frozenset({"noauth", "fast"}),
                 "Authenticate the connection"),
-    CommandSpec("SELECT", 2, cmd_admin_select, frozenset({"fast"}),
-                "Select database 0 (the only one)"),
     CommandSpec("QUIT", -1, cmd_admin_quit, frozenset({"noauth", "fast"}),
                 "Close the connection after the reply"),
     CommandSpec("CLIENT", -2, cmd_admin_client, frozenset({"admin"}),

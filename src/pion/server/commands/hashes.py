@@ -29,7 +29,7 @@ from pion.server.store.keyspace import (
 
 
 def _keyspace(ctx: CommandContext) -> Keyspace:
-    return ctx.server.stores.keyspace
+    return ctx.server.stores.dbs[ctx.client.db]  # the SELECTed database
 
 
 def _hash(ctx: CommandContext, key: bytes) -> Hash | None:

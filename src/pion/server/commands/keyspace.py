@@ -1,6 +1,7 @@
 """Keyspace commands: SET GET MGET MSET EXISTS DEL UNLINK EXPIRE PEXPIRE TTL PTTL KEYS SCAN DBSIZE.
 
-Thin wrappers over ``pion.server.store.keyspace.Keyspace`` (``state.stores.keyspace``);
+Thin wrappers over ``pion.server.store.keyspace.Keyspace`` (the client's SELECTed database,
+``state.stores.dbs[client.db]``);
 argument errors use Redis's wording so redis-py raises the same exceptions it would
 against Redis. Writes that grow the keyspace ask the V-store, which shares the
 ``--maxmemory`` budget, to make room first (evicting LRU sessions); ``-OOM`` if it cannot.
@@ -33,7 +34,7 @@ def wrongtype() -> CommandError:
 
 
 def _keyspace(ctx: CommandContext) -> Keyspace:
-    return ctx.server.stores.keyspace
+    return ctx.server.stores.dbs[ctx.client.db]  # the SELECTed database
 
 
 def _deadline_ms(amount: int, unit_ms: int, absolute: bool, command: str) -> int:
@@ -49,9 +50,9 @@ def _deadline_ms(amount: int, unit_ms: int, absolute: bool, command: str) -> int
 
 
 def _make_room(ctx: CommandContext, extra_bytes: int) -> None:
-    """Under --maxmemory, let the V-store evict sessions so ``extra_bytes`` fit; else -OOM."""
-    limit = ctx.server.config.maxmemory
-    if not limit or extra_bytes <= 0:
+    """Under --maxmemory, evict keys (--maxmemory-policy) then V-store sessions so
+    ``extra_bytes`` fit; else -OOM. The budget is read from the V-store: CONFIG SET changes it."""
+    if extra_bytes <= 0 or ctx.server.stores.vstore.max_bytes <= 0:
         return
     ctx.server.stores.make_room(extra_bytes)
 
@@ -65,17 +66,17 @@ def _growth(ks: Keyspace, key: bytes, value: bytes) -> int:
 
 # ---- strings -------------------------------------------------------------------------------
 def cmd_keyspace_get(ctx: CommandContext, args: list[bytes]) -> Any:
-    value = ctx.server.stores.keyspace.get(args[0])
+    value = ctx.server.stores.dbs[ctx.client.db].get(args[0])
     if type(value) is dict:
         raise wrongtype()
     return value
 
 
 def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
-    ks = ctx.server.stores.keyspace
+    ks = ctx.server.stores.dbs[ctx.client.db]
     key, value = args[0], args[1]
     if len(args) == 2:  # the hot path: plain SET
-        if ctx.server.config.maxmemory:
+        if ctx.server.stores.vstore.max_bytes:
             _make_room(ctx, _growth(ks, key, value))
         ks.set(key, value)
         return OK
@@ -264,12 +265,12 @@ def cmd_keyspace_dbsize(ctx: CommandContext, args: list[bytes]) -> Any:
 
 # ---- INFO ------------------------------------------------------------------------------------
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
-    ks = state.stores.keyspace
-    fields: list[tuple[str, object]] = []
-    if len(ks):
-        fields.append(("db0", f"keys={len(ks)},expires={ks.n_expires},avg_ttl=0"))
-    return {"Memory": [("keyspace_bytes", ks.used_bytes)],
-            "Stats": [("expired_keys", ks.expired_keys)],
+    dbs = state.stores.dbs
+    fields: list[tuple[str, object]] = [
+        (f"db{ks.db}", f"keys={len(ks)},expires={ks.n_expires},avg_ttl=0") for ks in dbs if len(ks)]
+    return {"Memory": [("keyspace_bytes", sum(ks.used_bytes for ks in dbs))],
+            "Stats": [("expired_keys", sum(ks.expired_keys for ks in dbs)),
+                      ("evicted_keys", state.stores.evictor.evicted_keys)],
             "Keyspace": fields}
 
 

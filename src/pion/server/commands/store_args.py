@@ -16,7 +16,8 @@ from pion.server.errors import NOT_A_FLOAT, NOT_AN_INTEGER, syntax_error_near
 U32_MAX = 2**32 - 1
 I64_MAX = 2**63 - 1
 I64_MIN = -(2**63)
-_INTEGER = re.compile(rb"-?[0-9]+")  # what Redis's string2ll accepts: no '+', spaces or '_'
+_INTEGER = re.compile(rb"-?[0-9]+")  # Pion's own integer arguments: no '+', spaces or '_'
+_REDIS_INTEGER = re.compile(rb"0|-?[1-9][0-9]*")  # Redis's string2ll: no leading zeros either
 
 
 def word(arg: bytes) -> str:
@@ -47,7 +48,10 @@ def parse_int(arg: bytes, what: str | None = None, lo: int = 0, hi: int = I64_MA
 
 
 def parse_redis_int(arg: bytes) -> int:
-    """A signed 64-bit integer argument of a Redis command (Redis's one error text)."""
+    """A signed 64-bit integer argument of a Redis command (Redis's one error text), spelt as
+    Redis's string2ll requires: no leading zeros and no ``-0`` either."""
+    if _REDIS_INTEGER.fullmatch(arg) is None:
+        raise CommandError(NOT_AN_INTEGER)
     return parse_int(arg, None, I64_MIN, I64_MAX)
 
 

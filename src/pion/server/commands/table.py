@@ -21,6 +21,8 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.admin",
     "pion.server.commands.keyspace",
     "pion.server.commands.hashes",
+    "pion.server.commands.strings",
+    "pion.server.commands.databases",
     "pion.server.commands.stats",
     "pion.server.commands.vstore",
     "pion.server.commands.kvprefix",

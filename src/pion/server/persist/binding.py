@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pion.common.ids import K_SUFFIX, V_SUFFIX
 from pion.server.persist.records import RecordType
+from pion.server.persist.recovery import RecoveryError
+from pion.server.store.stores import DatabaseOutOfRange
 from pion.server.store.records import (
     FtCreate, FtGraph, KeyExpire, KeyHSet, KeySet, PrefixRegister, Record, SemanticSet, SsmStore,
     VCreate, VStoreBatch, decode_record,
@@ -48,7 +50,10 @@ def make_sink(stores: Stores) -> Callable[[int, dict[str, Any]], None]:
     """The recovery sink: one decoded record -> the store method that made it."""
 
     def sink(rtype: int, fields: dict[str, Any]) -> None:
-        decode_record(rtype, fields).apply(stores)
+        try:
+            decode_record(rtype, fields).apply(stores)
+        except DatabaseOutOfRange as exc:  # loading it would drop a database's keys: refuse
+            raise RecoveryError(f"{exc}: start with --databases {exc.db + 1} or more") from None
     return sink
 
 
@@ -56,7 +61,8 @@ def attach(stores: Stores, persist: Persistence) -> None:
     """Log every mutation from now on, and let SAVE/BGSAVE walk the stores."""
     journal = WalJournal(persist)
     stores.vstore.journal = journal
-    stores.keyspace.journal = journal
+    for keyspace in stores.dbs:
+        keyspace.journal = journal
     stores.semantic.journal = journal
     stores.search.journal = journal
     stores.ssm.journal = journal
@@ -87,7 +93,7 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
     the FT.GRAPH records, then one SEMANTIC.SET per live semantic-cache entry (with its
     cache's ``next_id``, so ids are not reused after a reload).
     """
-    vstore, keyspace, semantic = stores.vstore, stores.keyspace, stores.semantic
+    vstore, semantic = stores.vstore, stores.semantic
     registered: set[str] = set()
     for session in vstore.iter_sessions():
         if vstore.get(session.sid) is not session:
@@ -113,13 +119,18 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
     for ssm_entry in stores.ssm.iter_entries():  # least recently used first
         for layer, blob in sorted(ssm_entry.layers.items()):
             yield SsmStore(ssm_entry.ns, layer, blob)
-    for key, value, deadline in list(keyspace.items()):
-        if isinstance(value, bytes):
-            yield KeySet(key, value, deadline)
-            continue
-        yield KeyHSet(key, [x for item in dict(value).items() for x in item])
-        if deadline is not None:
-            yield KeyExpire(key, deadline)
+    for keyspace in stores.dbs:  # database n > 0 as the records' *Db twins
+        db = keyspace.db
+        for key, value, deadline in list(keyspace.items()):
+            if isinstance(value, bytes):
+                record: Record = KeySet(key, value, deadline)
+                yield record.in_db(db) if db else record
+                continue
+            record = KeyHSet(key, [x for item in dict(value).items() for x in item])
+            yield record.in_db(db) if db else record
+            if deadline is not None:
+                record = KeyExpire(key, deadline)
+                yield record.in_db(db) if db else record
     # After the hashes: replaying FT.CREATE indexes what exists (the rebuild). Every graph at
     # one instant, after all hashes: a hash written since the snapshot began is in the WAL
     # too, and its replay re-indexes it over the loaded graph.

@@ -93,6 +93,17 @@ class RecordType(enum.IntEnum):
     FT_CREATE = 42
     FT_DROPINDEX = 43
     FT_GRAPH = 44
+    # numbered databases (SELECT n, n > 0) and the keyspace operations that move values
+    SET_DB = 60
+    DEL_DB = 61
+    EXPIRE_DB = 62
+    FLUSHDB = 63
+    HSET_DB = 64
+    HDEL_DB = 65
+    SWAPDB = 66
+    RENAME = 67
+    COPY = 68
+    MOVE = 69
     SNAPSHOT_END = 127
 
 

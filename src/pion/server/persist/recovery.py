@@ -92,6 +92,8 @@ def _apply(sink: Sink, rtype: int, fields: dict[str, Any], where: str, lenient: 
            report: RecoveryReport) -> None:
     try:
         sink(rtype, fields)
+    except RecoveryError:  # the sink says the data cannot be loaded under this configuration
+        raise
     except Exception as e:  # a record the store refuses must not stop start-up
         if lenient:
             report.lenient_failures += 1

@@ -20,6 +20,13 @@ after the change, None when the key no longer holds a hash; FLUSHALL calls each 
 
 ``used_bytes`` approximates the memory the keyspace holds (keys + values + a fixed
 per-entry overhead); the V-store's maxmemory policy adds it to its own bytes.
+
+One ``Keyspace`` per numbered database (``SELECT n``; ``Stores.dbs``): ``db`` is its number,
+and a database n > 0 logs each mutation as its record's ``*Db`` twin (``Record.in_db``).
+While ``--maxmemory-policy`` can evict, ``tracker`` (``store/key_tracking.py``) follows every
+key's insertion, removal, TTL and access; otherwise it is None and costs nothing.
+``rename``/``take``/``put``/``swap_with`` move values without copying them (RENAME, MOVE,
+COPY, SWAPDB): ``rename`` logs itself, the cross-database moves are logged by ``Stores``.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from collections.abc import Callable, Iterator
 
 from pion.server.store.glob import compile_glob
 from pion.server.store.journal import Journal, NullJournal
-from pion.server.store.records import KeyExpire, KeyHDel, KeyHSet, KeysDel, KeySet, KeysFlush
+from pion.server.store.key_tracking import KeyTracker
+from pion.server.store.records import (KeyExpire, KeyHDel, KeyHSet, KeyRename, KeysDel, KeySet, KeysFlush,
+                                       Record)
 
 ENTRY_OVERHEAD_BYTES = 96  # dict slot + two bytes objects' headers, roughly
 FIELD_OVERHEAD_BYTES = 80  # a hash field: dict slot + two bytes objects' headers, roughly
@@ -64,8 +73,10 @@ def entry_bytes(key: bytes, value: Value) -> int:
 class Keyspace:
     """Binary keys to binary values with optional millisecond expiry."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
+    def __init__(self, journal: Journal | None = None, db: int = 0) -> None:
         self.journal: Journal = journal if journal is not None else NullJournal()
+        self.db = db
+        self.tracker: KeyTracker | None = None
         self._data: dict[bytes, Value] = {}
         self._expires: dict[bytes, int] = {}
         self._seq: dict[bytes, int] = {}  # insertion sequence, increasing in dict order (SCAN)
@@ -87,7 +98,10 @@ class Keyspace:
         """The value, or None when absent or expired (an expired key is removed)."""
         if self._expires and key in self._expires and self._expire_if_due(key):
             return None
-        return self._data.get(key)
+        value = self._data.get(key)
+        if self.tracker is not None and value is not None:
+            self.tracker.touch(key)
+        return value
 
     def get_string(self, key: bytes) -> bytes | None:
         """A string value or None; WrongTypeError when the key holds a hash."""
@@ -109,6 +123,10 @@ class Keyspace:
         if value is None:
             return "none"
         return "string" if type(value) is bytes else "hash"
+
+    def peek(self, key: bytes) -> Value | None:
+        """The stored value, expired or not, without touching it (eviction's look)."""
+        return self._data.get(key)
 
     def contains(self, key: bytes) -> bool:
         return self.get(key) is not None
@@ -169,16 +187,22 @@ class Keyspace:
         """Store ``value``; the TTL becomes ``expire_at_ms`` (or stays, with ``keep_ttl``)."""
         if keep_ttl:
             expire_at_ms = self._expires.get(key) if key in self._data else None
-        self.journal.append(KeySet(key, value, expire_at_ms))
+        self._log(KeySet(key, value, expire_at_ms))
         old = self._data.get(key)
         if old is None:
             self._seq[key] = self._next_seq
             self._next_seq += 1
             self.used_bytes += entry_bytes(key, value)
-        elif type(old) is bytes:
-            self.used_bytes += len(value) - len(old)
+            if self.tracker is not None:
+                self.tracker.added(key, expire_at_ms is not None)
         else:
-            self.used_bytes += len(value) - value_bytes(old)
+            if type(old) is bytes:
+                self.used_bytes += len(value) - len(old)
+            else:
+                self.used_bytes += len(value) - value_bytes(old)
+            if self.tracker is not None:
+                self.tracker.touch(key)
+                self.tracker.ttl_changed(key, expire_at_ms is not None)
         self._data[key] = value
         if expire_at_ms is None:
             if self._expires:
@@ -194,13 +218,15 @@ class Keyspace:
         WrongTypeError (nothing logged) when the key holds a string. The TTL is kept.
         """
         current = self.get_hash(key)
-        self.journal.append(KeyHSet(key, pairs))
+        self._log(KeyHSet(key, pairs))
         if current is None:
             current = {}
             self._data[key] = current
             self._seq[key] = self._next_seq
             self._next_seq += 1
             self.used_bytes += len(key) + ENTRY_OVERHEAD_BYTES
+            if self.tracker is not None:
+                self.tracker.added(key, key in self._expires)
         added = 0
         for i in range(0, len(pairs), 2):
             field, value = pairs[i], pairs[i + 1]
@@ -223,7 +249,7 @@ class Keyspace:
         present = [f for f in dict.fromkeys(fields) if f in current]
         if not present:
             return 0
-        self.journal.append(KeyHDel(key, present))
+        self._log(KeyHDel(key, present))
         for field in present:
             value = current.pop(field)
             self.used_bytes -= len(field) + len(value) + FIELD_OVERHEAD_BYTES
@@ -238,10 +264,15 @@ class Keyspace:
         present = [k for k in dict.fromkeys(keys) if self.get(k) is not None]
         if not present:
             return 0
-        self.journal.append(KeysDel(present))
+        self._log(KeysDel(present))
         for key in present:
             self._remove(key)
         return len(present)
+
+    def evict(self, key: bytes) -> None:
+        """Remove a present key for room (``--maxmemory-policy``), logged as a DEL."""
+        self._log(KeysDel([key]))
+        self._remove(key)
 
     def expire(self, key: bytes, expire_at_ms: int | None) -> bool:
         """Set (or with None remove) a live key's deadline; a past deadline deletes it."""
@@ -250,22 +281,83 @@ class Keyspace:
         if expire_at_ms is not None and expire_at_ms <= now_ms():
             self.delete([key])
             return True
-        self.journal.append(KeyExpire(key, expire_at_ms))
+        self._log(KeyExpire(key, expire_at_ms))
         if expire_at_ms is None:
             self._expires.pop(key, None)
         else:
             self._expires[key] = expire_at_ms
+        if self.tracker is not None:
+            self.tracker.ttl_changed(key, expire_at_ms is not None)
         return True
 
     def flush(self) -> None:
         """Remove every key (FLUSHALL)."""
-        self.journal.append(KeysFlush())
+        self._log(KeysFlush())
         self._data.clear()
         self._expires.clear()
         self._seq.clear()
         self.used_bytes = 0
+        if self.tracker is not None:
+            self.tracker = KeyTracker(self.tracker.mode, self.tracker.clock)
         for hook in self.flush_hooks:
             hook()
+
+    def rename(self, src: bytes, dst: bytes) -> None:
+        """RENAME a live ``src`` over ``dst`` (replaced); the value and its TTL travel."""
+        self._log(KeyRename(self.db, src, dst))
+        value, deadline = self.take(src)
+        if dst in self._data:
+            self._remove(dst)
+        self.put(dst, value, deadline)
+
+    def take(self, key: bytes) -> tuple[Value, int | None]:
+        """Remove a present key without logging; its value (not copied) and deadline."""
+        value = self._data[key]
+        deadline = self._expires.get(key)
+        self._remove(key)
+        return value, deadline
+
+    def put(self, key: bytes, value: Value, deadline: int | None) -> None:
+        """Insert ``key`` without logging (the caller logged the move); a key still there
+        (expired live, not yet on replay) is replaced."""
+        if key in self._data:
+            self._remove(key)
+        self._data[key] = value
+        self._seq[key] = self._next_seq
+        self._next_seq += 1
+        self.used_bytes += entry_bytes(key, value)
+        if deadline is not None:
+            self._expires[key] = deadline
+        if self.tracker is not None:
+            self.tracker.added(key, deadline is not None)
+        if type(value) is dict and self.watchers:
+            self._notify(key, value)
+
+    def swap_with(self, other: Keyspace) -> None:
+        """SWAPDB: exchange every key with ``other`` (not logged: ``Stores.swap_dbs`` is).
+        Hash watchers (the FT indexes, on database 0) hear every hash that left or arrived."""
+        mine = [k for k, v in self._data.items() if type(v) is dict]
+        theirs = [k for k, v in other._data.items() if type(v) is dict]
+        for attr in ("_data", "_expires", "_seq", "_next_seq", "used_bytes", "tracker"):
+            mine_value, their_value = getattr(self, attr), getattr(other, attr)
+            setattr(self, attr, their_value)
+            setattr(other, attr, mine_value)
+        for ks, left, arrived in ((self, mine, theirs), (other, theirs, mine)):
+            if ks.watchers:
+                for key in left:
+                    ks._notify(key, None)
+                for key in arrived:
+                    ks._notify(key, ks._data[key])  # type: ignore[arg-type]
+
+    def set_tracker(self, tracker: KeyTracker | None) -> None:
+        """Start (every present key enters the pools, stamped now) or stop eviction tracking."""
+        if tracker is not None:
+            for key in self._data:
+                tracker.added(key, key in self._expires)
+        self.tracker = tracker
+
+    def _log(self, record: Record) -> None:
+        self.journal.append(record if not self.db else record.in_db(self.db))
 
     # ---- expiry --------------------------------------------------------------------------
     def active_expire_cycle(self, budget_s: float = 0.001, sample: int = 20) -> int:
@@ -314,6 +406,8 @@ class Keyspace:
         self.used_bytes -= entry_bytes(key, value)
         self._expires.pop(key, None)
         del self._seq[key]
+        if self.tracker is not None:
+            self.tracker.removed(key)
         if type(value) is dict and self.watchers:
             self._notify(key, None)
 

@@ -56,6 +56,22 @@ so a newer writer may add some. Schema (type byte, class, fields)::
     44 FT.GRAPH            FtGraph           index s, field s, docs l[i], keys l[b], graph b
                                              (hnswlib's save_index file; snapshots only, after
                                              the index's FT.CREATE)
+    60 SET (db n)          KeySetDb          key b, value b, expire_at_ms i|n, db i
+    61 DEL (db n)          KeysDelDb         keys l[b], db i
+    62 EXPIRE (db n)       KeyExpireDb       key b, expire_at_ms i|n, db i
+    63 FLUSHDB (db n)      KeysFlushDb       db i
+    64 HSET (db n)         KeyHSetDb         key b, pairs l[b], db i
+    65 HDEL (db n)         KeyHDelDb         key b, fields l[b], db i
+    66 SWAPDB              KeysSwapDb        a i, b i
+    67 RENAME              KeyRename         db i, src b, dst b (dst replaced; TTL travels)
+    68 COPY                KeyCopy           src_db i, src b, dst_db i, dst b (dst replaced)
+    69 MOVE                KeyMove           src_db i, key b, dst_db i
+
+Database 0's keyspace records are types 6-9, 40-41, byte for byte what the code before
+numbered databases wrote (so old files load as database 0, and a database-0-only server
+writes what it always wrote). A mutation of database n > 0 is logged as the ``*Db`` twin
+(``Record.in_db``), a new type byte, so older code refuses such a file instead of loading
+database n's keys into database 0.
     127 SNAPSHOT.END       (snapshot.py)     records i, begin_seq i, end_seq i
 
 A snapshot holds one HSET per hash (plus EXPIRE when it has a TTL), then one FT.CREATE per
@@ -122,6 +138,11 @@ class Record:
     def apply(self, stores: Stores) -> None:
         """Make the change on ``stores`` (journals detached during recovery)."""
         raise NotImplementedError
+
+    def in_db(self, db: int) -> Record:
+        """This keyspace mutation as logged for database ``db`` > 0 (its ``*Db`` twin); records
+        that name their databases themselves are returned as they are."""
+        return self
 
 
 R = TypeVar("R", bound=Record)
@@ -266,6 +287,9 @@ class KeySet(Record):
     def decode(cls, fields: Mapping[str, Any]) -> KeySet:
         return cls(bytes(fields["key"]), bytes(fields["value"]), fields["expire_at_ms"])
 
+    def in_db(self, db: int) -> Record:
+        return KeySetDb(self.key, self.value, self.expire_at_ms, db)
+
     def apply(self, stores: Stores) -> None:
         stores.keyspace.set(self.key, self.value, self.expire_at_ms)
 
@@ -275,6 +299,9 @@ class KeySet(Record):
 class KeysDel(Record):
     TYPE: ClassVar[RecordType] = RecordType.DEL
     keys: Sequence[bytes]
+
+    def in_db(self, db: int) -> Record:
+        return KeysDelDb(self.keys, db)
 
     def apply(self, stores: Stores) -> None:
         stores.keyspace.delete(list(self.keys))
@@ -287,6 +314,9 @@ class KeyExpire(Record):
     key: bytes
     expire_at_ms: int | None  # None: the TTL is removed (PERSIST)
 
+    def in_db(self, db: int) -> Record:
+        return KeyExpireDb(self.key, self.expire_at_ms, db)
+
     def apply(self, stores: Stores) -> None:
         stores.keyspace.expire(self.key, self.expire_at_ms)
 
@@ -295,6 +325,9 @@ class KeyExpire(Record):
 @dataclass(slots=True)
 class KeysFlush(Record):
     TYPE: ClassVar[RecordType] = RecordType.FLUSHALL
+
+    def in_db(self, db: int) -> Record:
+        return KeysFlushDb(db)
 
     def apply(self, stores: Stores) -> None:
         stores.keyspace.flush()
@@ -306,6 +339,9 @@ class KeyHSet(Record):
     TYPE: ClassVar[RecordType] = RecordType.HSET
     key: bytes
     pairs: Sequence[bytes]  # field, value, field, value, ...
+
+    def in_db(self, db: int) -> Record:
+        return KeyHSetDb(self.key, self.pairs, db)
 
     def apply(self, stores: Stores) -> None:
         stores.keyspace.hset(self.key, list(self.pairs))
@@ -324,6 +360,9 @@ class KeyHDel(Record):
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> KeyHDel:
         return cls(bytes(fields["key"]), tuple(bytes(f) for f in fields["fields"]))
+
+    def in_db(self, db: int) -> Record:
+        return KeyHDelDb(self.key, self.hash_fields, db)
 
     def apply(self, stores: Stores) -> None:
         stores.keyspace.hdel(self.key, list(self.hash_fields))
@@ -462,3 +501,129 @@ class SemanticFlushAll(Record):
     def apply(self, stores: Stores) -> None:
         stores.semantic.flush_all()
 
+
+
+# ---- numbered databases (SELECT n) and keyspace moves ------------------------------------------
+@register
+@dataclass(slots=True)
+class KeySetDb(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SET_DB
+    key: bytes
+    value: bytes
+    expire_at_ms: int | None
+    db: int
+
+    def apply(self, stores: Stores) -> None:
+        stores.db(self.db).set(self.key, self.value, self.expire_at_ms)
+
+
+@register
+@dataclass(slots=True)
+class KeysDelDb(Record):
+    TYPE: ClassVar[RecordType] = RecordType.DEL_DB
+    keys: Sequence[bytes]
+    db: int
+
+    def apply(self, stores: Stores) -> None:
+        stores.db(self.db).delete(list(self.keys))
+
+
+@register
+@dataclass(slots=True)
+class KeyExpireDb(Record):
+    TYPE: ClassVar[RecordType] = RecordType.EXPIRE_DB
+    key: bytes
+    expire_at_ms: int | None
+    db: int
+
+    def apply(self, stores: Stores) -> None:
+        stores.db(self.db).expire(self.key, self.expire_at_ms)
+
+
+@register
+@dataclass(slots=True)
+class KeysFlushDb(Record):
+    TYPE: ClassVar[RecordType] = RecordType.FLUSHDB
+    db: int
+
+    def apply(self, stores: Stores) -> None:
+        stores.db(self.db).flush()
+
+
+@register
+@dataclass(slots=True)
+class KeyHSetDb(Record):
+    TYPE: ClassVar[RecordType] = RecordType.HSET_DB
+    key: bytes
+    pairs: Sequence[bytes]
+    db: int
+
+    def apply(self, stores: Stores) -> None:
+        stores.db(self.db).hset(self.key, list(self.pairs))
+
+
+@register
+@dataclass(slots=True)
+class KeyHDelDb(Record):
+    TYPE: ClassVar[RecordType] = RecordType.HDEL_DB
+    key: bytes
+    hash_fields: Sequence[bytes]  # "fields" on disk, like HDEL
+    db: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"key": self.key, "fields": self.hash_fields, "db": self.db}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> KeyHDelDb:
+        return cls(bytes(fields["key"]), tuple(bytes(f) for f in fields["fields"]), fields["db"])
+
+    def apply(self, stores: Stores) -> None:
+        stores.db(self.db).hdel(self.key, list(self.hash_fields))
+
+
+@register
+@dataclass(slots=True)
+class KeysSwapDb(Record):
+    TYPE: ClassVar[RecordType] = RecordType.SWAPDB
+    a: int
+    b: int
+
+    def apply(self, stores: Stores) -> None:
+        stores.swap_dbs(self.a, self.b)
+
+
+@register
+@dataclass(slots=True)
+class KeyRename(Record):
+    TYPE: ClassVar[RecordType] = RecordType.RENAME
+    db: int
+    src: bytes
+    dst: bytes
+
+    def apply(self, stores: Stores) -> None:
+        stores.db(self.db).rename(self.src, self.dst)
+
+
+@register
+@dataclass(slots=True)
+class KeyCopy(Record):
+    TYPE: ClassVar[RecordType] = RecordType.COPY
+    src_db: int
+    src: bytes
+    dst_db: int
+    dst: bytes
+
+    def apply(self, stores: Stores) -> None:
+        stores.copy_key(self.src_db, self.src, self.dst_db, self.dst)
+
+
+@register
+@dataclass(slots=True)
+class KeyMove(Record):
+    TYPE: ClassVar[RecordType] = RecordType.MOVE
+    src_db: int
+    key: bytes
+    dst_db: int
+
+    def apply(self, stores: Stores) -> None:
+        stores.move_key(self.src_db, self.key, self.dst_db)

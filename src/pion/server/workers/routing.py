@@ -52,8 +52,9 @@ if TYPE_CHECKING:
     from pion.server.context import CommandContext, ServerState
 
 FORWARD_FAMILIES = ("pion.server.commands.keyspace", "pion.server.commands.hashes",
-                    "pion.server.commands.search")
-FORWARD_COMMANDS = frozenset({"AI.SEMANTIC_CACHE"})
+                    "pion.server.commands.strings", "pion.server.commands.search")
+# SELECT stays local (it sets the connection's db, which travels with every forwarded request).
+FORWARD_COMMANDS = frozenset({"AI.SEMANTIC_CACHE", "FLUSHDB", "SWAPDB", "MOVE", "COPY"})
 SESSION_COMMANDS = frozenset({"V.STOREBATCH", "V.FETCH", "V.MFETCH", "V.INFO"})
 PREFIX_COMMANDS = frozenset({"KV.PREFIX.BLOCKS", "KV.PREFIX.MEMBERSHIP", "KV.PREFIX.WARM",
                              "SSM.PREFIX.STORE", "SSM.PREFIX.FETCH", "SSM.PREFIX.MFETCH",
