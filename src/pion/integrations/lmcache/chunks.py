@@ -166,15 +166,19 @@ class LmcacheChunkStore:
             nbytes += self.transport.queue_store(pipe, ns, _row_source(tensor))
             owners.extend([ns] * (len(pipe) - len(owners)))
         replies = pipe.execute(raise_on_error=False)
-        for owner, reply in zip(owners, replies, strict=True):
-            if isinstance(reply, Exception):
-                raise redis.ResponseError(f"storing LMCache chunk {owner or 'manifest'} failed: {reply}")
+        failed = {owner: reply for owner, reply in zip(owners, replies, strict=True) if isinstance(reply, Exception)}
+        if failed:
+            # The pipeline ran on past the refusal (a REGISTER refused for another geometry lets the
+            # rows land in the old sessions): drop what was written so no reader restores it.
+            self.drop([ns for ns in failed if ns is not None])
+            owner, reply = next(iter(failed.items()))
+            raise redis.ResponseError(f"storing LMCache chunk {owner or 'manifest'} failed: {reply}")
         self._registered.add(self.model_namespace(model))
         return nbytes
 
     def _check_tensor(self, ns: Namespace, tensor: torch.Tensor) -> None:
         n_tokens = tensor.shape[2] if tensor.dim() == 4 else 0
-        if tuple(tensor.shape) != self.geometry.shape(n_tokens) or n_tokens == 0:
+        if tuple(tensor.shape) != self.geometry.shape(n_tokens) or not 0 < n_tokens <= self.geometry.chunk_size:
             raise ValueError(f"chunk {ns} has shape {tuple(tensor.shape)}, expected "
                              f"{self.geometry.shape(self.geometry.chunk_size)} with 1..{self.geometry.chunk_size} tokens")
 
@@ -254,7 +258,7 @@ class LmcacheChunkStore:
             if len(layers) != g.n_layers:
                 raise ValueError(f"chunk {chunk.ns}: {len(layers)} {side} layers, expected {g.n_layers}")
             for layer, data in enumerate(layers):
-                flat = decode_layer(data, self.format, wire, g.kv_dim)
+                flat = decode_layer(data, self.format, wire, g.kv_dim).reshape(-1)
                 if flat.numel() != chunk.n_tokens * g.kv_dim:
                     raise ValueError(f"chunk {chunk.ns}: layer {layer} {side} has {flat.numel()} values, "
                                      f"expected {chunk.n_tokens * g.kv_dim}")
