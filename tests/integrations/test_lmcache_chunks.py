@@ -1,4 +1,4 @@
-"""The Pion side of the LMCache plugin (LmcacheChunkStore) against a real pion-server.
+"""The Pion side of the LMCache plugin (KvChunkStore) against a real pion-server.
 
 No lmcache here: chunks are the ``[2, n_layers, n_tokens, kv_dim]`` tensors LMCache hands its
 remote connectors (``MemoryFormat.KV_2LTD``), so these run in the normal test venv.
@@ -14,7 +14,7 @@ import redis
 import torch
 
 from pion.client.connection import PionClient
-from pion.integrations.lmcache.chunks import ChunkGeometry, LmcacheChunkStore, ModelKey, resolve_format
+from pion.integrations.kv_chunks import ChunkGeometry, KvChunkStore, ModelKey, resolve_format
 from support.procs import ServerProcess
 
 GEOMETRY = ChunkGeometry(n_layers=3, kv_dim=64, chunk_size=16, dtype=torch.float16)
@@ -32,7 +32,7 @@ def chunk(n_tokens: int, seed: int, dtype: torch.dtype = torch.float16, geometry
     return torch.randn(geometry.shape(n_tokens), generator=gen).to(dtype)
 
 
-def restore(store: LmcacheChunkStore, ns: str) -> torch.Tensor | None:
+def restore(store: KvChunkStore, ns: str) -> torch.Tensor | None:
     fetched = store.fetch_many([ns])[0]  # type: ignore[list-item]
     if fetched is None:
         return None
@@ -42,12 +42,12 @@ def restore(store: LmcacheChunkStore, ns: str) -> torch.Tensor | None:
 
 
 def test_fp16_chunk_restores_bit_exact_from_a_second_client(client: PionClient, pion_server: ServerProcess) -> None:
-    store = LmcacheChunkStore(client, GEOMETRY)
+    store = KvChunkStore(client, GEOMETRY)
     ns = store.chunk_namespace(MODEL, 0xABCDEF)
     original = chunk(16, seed=1)
     sent = store.put_many(MODEL, [(ns, original)])
     with PionClient("127.0.0.1", pion_server.port) as other:
-        restored = restore(LmcacheChunkStore(other, GEOMETRY), ns)
+        restored = restore(KvChunkStore(other, GEOMETRY), ns)
     assert store.format == "fp16"
     assert sent == original.numel() * 2
     assert restored is not None
@@ -56,7 +56,7 @@ def test_fp16_chunk_restores_bit_exact_from_a_second_client(client: PionClient, 
 
 def test_bf16_chunks_are_stored_as_fp32_and_restore_bit_exact(client: PionClient) -> None:
     geometry = ChunkGeometry(2, 64, 8, torch.bfloat16)
-    store = LmcacheChunkStore(client, geometry)
+    store = KvChunkStore(client, geometry)
     ns = store.chunk_namespace(MODEL, 7)
     original = chunk(8, seed=2, dtype=torch.bfloat16, geometry=geometry)
     store.put_many(MODEL, [(ns, original)])
@@ -67,8 +67,8 @@ def test_bf16_chunks_are_stored_as_fp32_and_restore_bit_exact(client: PionClient
 
 
 def test_int8_chunks_take_about_half_the_bytes_and_restore_close(client: PionClient) -> None:
-    exact = LmcacheChunkStore(client, GEOMETRY, "fp16")
-    small = LmcacheChunkStore(client, GEOMETRY, "int8")
+    exact = KvChunkStore(client, GEOMETRY, "fp16")
+    small = KvChunkStore(client, GEOMETRY, "int8")
     original = chunk(16, seed=3)
     exact.put_many(MODEL, [(exact.chunk_namespace(MODEL, 1), original)])
     before = client.kv_prefix_info()["vstore_bytes"]
@@ -82,7 +82,7 @@ def test_int8_chunks_take_about_half_the_bytes_and_restore_close(client: PionCli
 
 
 def test_a_chunk_shorter_than_the_chunk_size_restores_with_its_own_length(client: PionClient) -> None:
-    store = LmcacheChunkStore(client, GEOMETRY)
+    store = KvChunkStore(client, GEOMETRY)
     ns = store.chunk_namespace(MODEL, 99)
     original = chunk(5, seed=4)
     store.put_many(MODEL, [(ns, original)])
@@ -94,7 +94,7 @@ def test_a_chunk_shorter_than_the_chunk_size_restores_with_its_own_length(client
 
 
 def test_count_leading_stops_at_the_first_missing_chunk(client: PionClient) -> None:
-    store = LmcacheChunkStore(client, GEOMETRY)
+    store = KvChunkStore(client, GEOMETRY)
     names = [store.chunk_namespace(MODEL, h) for h in (10, 11, 12, 13)]
     store.put_many(MODEL, [(names[0], chunk(16, 5)), (names[1], chunk(16, 6)), (names[3], chunk(16, 7))])
     assert store.count_leading(names) == 2
@@ -104,7 +104,7 @@ def test_count_leading_stops_at_the_first_missing_chunk(client: PionClient) -> N
 
 
 def test_each_model_registers_a_manifest_and_lists_only_its_own_chunks(client: PionClient) -> None:
-    store = LmcacheChunkStore(client, GEOMETRY)
+    store = KvChunkStore(client, GEOMETRY)
     other_model = ModelKey("other/model", 1, 0, "half")
     store.put_many(MODEL, [(store.chunk_namespace(MODEL, 1), chunk(16, 8)), (store.chunk_namespace(MODEL, 2), chunk(16, 9))])
     store.put_many(other_model, [(store.chunk_namespace(other_model, 1), chunk(16, 10))])
@@ -118,7 +118,7 @@ def test_each_model_registers_a_manifest_and_lists_only_its_own_chunks(client: P
 
 
 def test_tagged_keys_get_their_own_namespace(client: PionClient) -> None:
-    store = LmcacheChunkStore(client, GEOMETRY)
+    store = KvChunkStore(client, GEOMETRY)
     plain = store.chunk_namespace(MODEL, 5)
     tagged = store.chunk_namespace(MODEL, 5, (("user", "a"),))
     assert tagged.startswith(plain + ":")
@@ -126,7 +126,7 @@ def test_tagged_keys_get_their_own_namespace(client: PionClient) -> None:
 
 
 def test_a_chunk_of_the_wrong_shape_is_refused_before_anything_is_sent(client: PionClient) -> None:
-    store = LmcacheChunkStore(client, GEOMETRY)
+    store = KvChunkStore(client, GEOMETRY)
     good = store.chunk_namespace(MODEL, 1)
     with pytest.raises(ValueError, match=r"has shape \(2, 2, 16, 64\)"):
         store.put_many(MODEL, [(good, chunk(16, 1)), (store.chunk_namespace(MODEL, 2), torch.zeros(2, 2, 16, 64))])
@@ -137,7 +137,7 @@ def test_a_chunk_of_the_wrong_shape_is_refused_before_anything_is_sent(client: P
 
 
 def test_a_refused_store_raises_names_the_chunk_and_leaves_nothing_readable(client: PionClient) -> None:
-    store = LmcacheChunkStore(client, GEOMETRY)
+    store = KvChunkStore(client, GEOMETRY)
     ns = store.chunk_namespace(MODEL, 3)
     client.kv_prefix_register(ns, 32, "fp16")  # same name, another kv_dim: REGISTER is refused
     with pytest.raises(redis.ResponseError, match=f"storing LMCache chunk {ns} failed: prefix .* kv_dim 32"):
@@ -147,7 +147,7 @@ def test_a_refused_store_raises_names_the_chunk_and_leaves_nothing_readable(clie
 
 
 def test_drop_removes_both_sides_and_the_registration(client: PionClient) -> None:
-    store = LmcacheChunkStore(client, GEOMETRY)
+    store = KvChunkStore(client, GEOMETRY)
     ns = store.chunk_namespace(MODEL, 4)
     store.put_many(MODEL, [(ns, chunk(16, 2))])
     assert store.drop([ns]) == 1
@@ -157,7 +157,7 @@ def test_drop_removes_both_sides_and_the_registration(client: PionClient) -> Non
 
 def test_unknown_formats_and_dtypes_without_an_exact_format_are_refused(client: PionClient) -> None:
     with pytest.raises(ValueError, match="unknown"):
-        LmcacheChunkStore(client, GEOMETRY, "fp12")
+        KvChunkStore(client, GEOMETRY, "fp12")
     with pytest.raises(ValueError, match="no exact Pion format for K/V dtype torch.float64"):
         resolve_format("auto", torch.float64)
     assert resolve_format("int8", torch.float64) == "int8"

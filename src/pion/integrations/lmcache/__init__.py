@@ -10,7 +10,7 @@ Enable it in an LMCache config (``remote_storage_plugins`` is LMCache 0.5's plug
       remote_storage_plugin.pion.vquant: fp16        # auto | fp16 | fp32 | fp8 | int8 | ...
 
 ``PionConnectorAdapter`` and ``PionRemoteConnector`` (``connector.py``) import lmcache, so they are
-resolved on first attribute access; ``chunks.py`` (the Pion side) needs only torch and redis-py.
+resolved on first attribute access; ``pion.integrations.kv_chunks`` (the Pion side) needs only torch and redis-py.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 _LAZY_EXPORTS = {
     "PionConnectorAdapter": "pion.integrations.lmcache.connector",
     "PionRemoteConnector": "pion.integrations.lmcache.connector",
-    "LmcacheChunkStore": "pion.integrations.lmcache.chunks",
-    "ChunkGeometry": "pion.integrations.lmcache.chunks",
+    "KvChunkStore": "pion.integrations.kv_chunks",
+    "ChunkGeometry": "pion.integrations.kv_chunks",
 }
 
 __all__ = list(_LAZY_EXPORTS)

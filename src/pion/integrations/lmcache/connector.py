@@ -11,7 +11,7 @@ Roles, by when LMCache calls them:
   * ``batched_contains`` / ``batched_async_contains`` / ``exists`` — at lookup, once per request:
     pipelined ``KV.PREFIX.LOOKUP`` of every chunk key, counting the leading hits.
   * ``batched_put`` / ``put`` — after a store, asynchronously: one round trip per batch
-    (``LmcacheChunkStore.put_many``). The memory objects stay owned by LMCache (it drops its
+    (``KvChunkStore.put_many``). The memory objects stay owned by LMCache (it drops its
     reference when the future completes); we only read them.
   * ``batched_get`` / ``get`` / ``batched_get_non_blocking`` — at retrieve: one round trip of
     ``V.MFETCH``; each found chunk is decoded into a memory object allocated from LMCache's local
@@ -37,7 +37,7 @@ from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from pion.client.connection import DEFAULT_PORT, PionClient
 from pion.common.ids import Namespace
-from pion.integrations.lmcache.chunks import ChunkGeometry, FetchedChunk, LmcacheChunkStore, ModelKey
+from pion.integrations.kv_chunks import ChunkGeometry, FetchedChunk, KvChunkStore, ModelKey
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def parse_pion_url(url: str) -> tuple[str, int, str | None]:
 
 
 class PionRemoteConnector(RemoteConnector):
-    """LMCache chunks as Pion KV prefixes (see ``chunks.py`` for the namespaces and wire)."""
+    """LMCache chunks as Pion KV prefixes (see ``pion.integrations.kv_chunks`` for the namespaces and wire)."""
 
     def __init__(self, client: PionClient, vquant: str, loop: asyncio.AbstractEventLoop,
                  local_cpu_backend: Any, config: Any, metadata: Any) -> None:
@@ -76,7 +76,7 @@ class PionRemoteConnector(RemoteConnector):
                              f"with {len(self.meta_shapes)} groups")
         _, n_layers, chunk_size, kv_dim = (int(d) for d in self.meta_shapes[0])
         self.geometry = ChunkGeometry(n_layers, kv_dim, chunk_size, self.meta_dtypes[0])
-        self.store = LmcacheChunkStore(client, self.geometry, vquant)
+        self.store = KvChunkStore(client, self.geometry, vquant)
         self.client = client
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
@@ -182,7 +182,7 @@ class PionRemoteConnector(RemoteConnector):
         return self.store.drop([self._ns(key)]) == 1
 
     async def list(self) -> list[str]:
-        return []  # chunk hashes are one-way; ``LmcacheChunkStore.list_chunks`` lists by model
+        return []  # chunk hashes are one-way; ``KvChunkStore.list_chunks`` lists by model
 
     def support_ping(self) -> bool:
         return True

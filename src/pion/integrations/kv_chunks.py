@@ -1,21 +1,22 @@
-"""LMCache chunks as Pion KV prefixes: namespaces, row layout and one-round-trip pipelines.
+"""Engine K/V chunks as Pion KV prefixes: namespaces, row layout and one-round-trip pipelines.
 
-An LMCache chunk in ``MemoryFormat.KV_2LTD`` is one tensor ``[2, n_layers, n_tokens, kv_dim]``
-(side 0 keys, side 1 values). Each ``[n_tokens, kv_dim]`` slice is exactly the V-store's row layout
+Shared by both integrations: an LMCache chunk (``MemoryFormat.KV_2LTD``, tag ``pion-lmcache-v1``,
+key prefix ``lmc``) and a vLLM block gathered from the paged cache (tag ``pion-vllm-v1``, prefix
+``vllm``) are both one tensor ``[2, n_layers, n_tokens, kv_dim]`` (side 0 keys, side 1 values). Each ``[n_tokens, kv_dim]`` slice is exactly the V-store's row layout
 (one row per token, heads concatenated), so a layer travels as one ``V.STOREBATCH`` blob and comes
 back as one bulk string of ``V.MFETCH``; fp16 and fp32 layers are sent and restored without a copy.
 
 Namespaces (derivation version 1, ``pion.client.namespaces.make_namespace``)::
 
-    model_ns = make_namespace("pion-lmcache-v1", "model=<model_name>", "world=<world_size>",
+    model_ns = make_namespace("<tag>", "model=<model_name>", "world=<world_size>",
                               "worker=<worker_id>", "dtype=<kv dtype>", "L<n_layers>", "D<kv_dim>",
                               "format=<storage format>")
-    chunk    = "lmc:<model_ns>:<chunk hash, 16 hex>"          (":<sha256(tags)[:16]>" appended when
+    chunk    = "<prefix>:<model_ns>:<chunk hash, 16 hex>"     (":<sha256(tags)[:16]>" appended when
                                                                LMCache tags the key)
-    manifest = "lmc:<model_ns>:model"  -> JSON {version, model_name, world_size, worker_id, dtype,
+    manifest = "<prefix>:<model_ns>:model"  -> JSON {version, model_name, world_size, worker_id, dtype,
                                                 n_layers, kv_dim, chunk_size, format}
 
-so one model's chunks are ``V.LIST lmc:<model_ns>:*`` and a reader with another geometry, dtype or
+so one model's chunks are ``V.LIST <prefix>:<model_ns>:*`` and a reader with another geometry, dtype or
 storage format never sees them (a mismatch would be silent corruption, not an error).
 
 Per chunk on the wire (all chunks of a batch in one pipelined round trip):
@@ -50,8 +51,8 @@ from pion.common.ids import Namespace, k_session
 
 logger = logging.getLogger(__name__)
 
-NAMESPACE_TAG = "pion-lmcache-v1"
-KEY_PREFIX = "lmc"
+LMCACHE_NAMES = ("pion-lmcache-v1", "lmc")  # (namespace tag, key prefix)
+VLLM_NAMES = ("pion-vllm-v1", "vllm")
 MANIFEST_VERSION = 1
 # Formats whose rows are floats the K/V dtype converts to and from without rounding.
 _EXACT_FORMAT = {torch.float16: "fp16", torch.float32: "fp32", torch.bfloat16: "fp32"}
@@ -100,19 +101,22 @@ class FetchedChunk:
     v_layers: Sequence[bytes]
 
 
-class LmcacheChunkStore:
-    """Stores and restores LMCache chunks of one geometry in one storage format.
+class KvChunkStore:
+    """Stores and restores K/V chunks of one geometry in one storage format.
 
     Args:
         client: the connection to pion-server (its pipelines carry every batch).
         geometry: layers, kv_dim, chunk size and K/V dtype of the engine's chunks.
         vquant: storage format (``auto``, ``fp16``, ``fp32``, ``fp8``, ``int8``, ...).
+        names: (namespace tag, key prefix): ``LMCACHE_NAMES`` or ``VLLM_NAMES``.
 
     Raises:
         ValueError: an unknown format, or a kv_dim the format cannot store.
     """
 
-    def __init__(self, client: PionClient, geometry: ChunkGeometry, vquant: str = "auto") -> None:
+    def __init__(self, client: PionClient, geometry: ChunkGeometry, vquant: str = "auto",
+                 names: tuple[str, str] = LMCACHE_NAMES) -> None:
+        self.tag, self.key_prefix = names
         self.client = client
         self.geometry = geometry
         self.format = resolve_format(vquant, geometry.dtype)
@@ -125,12 +129,12 @@ class LmcacheChunkStore:
 
     def model_namespace(self, model: ModelKey) -> Namespace:
         g = self.geometry
-        return make_namespace(NAMESPACE_TAG, f"model={model.model_name}", f"world={model.world_size}",
+        return make_namespace(self.tag, f"model={model.model_name}", f"world={model.world_size}",
                               f"worker={model.worker_id}", f"dtype={g.dtype}", f"L{g.n_layers}", f"D{g.kv_dim}",
                               f"format={self.format}")
 
     def chunk_namespace(self, model: ModelKey, chunk_hash: int, tags: Sequence[object] = ()) -> Namespace:
-        name = f"{KEY_PREFIX}:{self.model_namespace(model)}:{chunk_hash & 0xFFFFFFFFFFFFFFFF:016x}"
+        name = f"{self.key_prefix}:{self.model_namespace(model)}:{chunk_hash & 0xFFFFFFFFFFFFFFFF:016x}"
         if tags:
             name += ":" + hashlib.sha256(repr(tuple(tags)).encode()).hexdigest()[:16]
         return Namespace(name)
@@ -144,7 +148,7 @@ class LmcacheChunkStore:
     def _queue_manifest(self, pipe: PionPipeline, model: ModelKey) -> None:
         model_ns = self.model_namespace(model)
         if model_ns not in self._registered:
-            pipe.key_set(f"{KEY_PREFIX}:{model_ns}:model", json.dumps(self.manifest(model), sort_keys=True))
+            pipe.key_set(f"{self.key_prefix}:{model_ns}:model", json.dumps(self.manifest(model), sort_keys=True))
 
     # ---- store ---------------------------------------------------------------------------------
 
@@ -272,7 +276,7 @@ class LmcacheChunkStore:
 
     def list_chunks(self, model: ModelKey) -> list[str]:
         """The namespaces of every chunk held for ``model``."""
-        pattern = f"{KEY_PREFIX}:{self.model_namespace(model)}:*_pk"
+        pattern = f"{self.key_prefix}:{self.model_namespace(model)}:*_pk"
         sids = self.client.redis.execute_command("V.LIST", pattern)
         return sorted((s.decode() if isinstance(s, bytes) else str(s))[:-3] for s in sids)
 
