@@ -74,10 +74,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class BlockTransfer:
-    """Blocks of one request to move: Pion namespaces and the vLLM block ids, in the same order."""
+    """Blocks of one request to move: Pion block hashes and vLLM block ids, in the same order.
+
+    Hashes, not namespaces: each worker names a block with its own tensor-parallel rank.
+    """
 
     req_id: str
-    namespaces: list[Namespace]
+    hashes: list[int]
     block_ids: list[int]
 
 
@@ -93,7 +96,7 @@ class PionConnectorMetadata(KVConnectorMetadata):
 class _Planned:
     """Scheduler-side state of a request between lookup and its first step."""
 
-    namespaces: list[Namespace]
+    hashes: list[int]
     hit_blocks: int
     local_tokens: int = 0  # vLLM's own prefix-cache hit at the last lookup (block-aligned)
     load_from_block: int = 0
@@ -125,20 +128,22 @@ class PionConnector(KVConnectorBase_V1):
 
     # ---- scheduler side --------------------------------------------------------------------------
 
-    def _namespaces(self, token_ids: list[int]) -> list[Namespace]:
-        return [self.store.chunk_namespace(self.model, h) for h in block_hashes(token_ids, self.block_size)]
+    def _namespaces(self, hashes: list[int]) -> list[Namespace]:
+        """Block names for this process's rank (the scheduler is rank 0: it looks up rank 0's blocks)."""
+        return [self.store.chunk_namespace(self.model, h) for h in hashes]
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         planned = self._planned.get(request.request_id)
         if planned is None:
             prompt = list(request.prompt_token_ids or [])
-            names = self._namespaces(prompt[:max(len(prompt) - 1, 0)])
+            hashes = [int(h) for h in block_hashes(prompt, self.block_size)]
+            lookable = max(len(prompt) - 1, 0) // self.block_size
             try:
-                hits = self.store.count_leading(names)
+                hits = self.store.count_leading(self._namespaces(hashes[:lookable]))
             except Exception as exc:  # the server is down: a miss, never a failed request
                 logger.warning("pion-server lookup failed (%s); request %s runs uncached", exc, request.request_id)
                 hits = 0
-            planned = _Planned(self._namespaces(prompt), hits)
+            planned = _Planned(hashes, hits)
             self._planned[request.request_id] = planned
             if hits:
                 logger.info("Pion external hit: %d of %d prompt tokens for request %s", hits * self.block_size,
@@ -162,13 +167,13 @@ class PionConnector(KVConnectorBase_V1):
             block_ids = list(new_req.block_ids[0])
             first, n_load = planned.load_from_block, planned.load_blocks
             if n_load:
-                meta.loads.append(BlockTransfer(new_req.req_id, planned.namespaces[first:first + n_load],
+                meta.loads.append(BlockTransfer(new_req.req_id, planned.hashes[first:first + n_load],
                                                 block_ids[first:first + n_load]))
             done_tokens = new_req.num_computed_tokens + scheduler_output.num_scheduled_tokens.get(new_req.req_id, 0)
             start = max(planned.hit_blocks, new_req.num_computed_tokens // self.block_size)
-            stop = min(done_tokens // self.block_size, len(planned.namespaces), len(block_ids))
+            stop = min(done_tokens // self.block_size, len(planned.hashes), len(block_ids))
             if stop > start:
-                meta.stores.append(BlockTransfer(new_req.req_id, planned.namespaces[start:stop], block_ids[start:stop]))
+                meta.stores.append(BlockTransfer(new_req.req_id, planned.hashes[start:stop], block_ids[start:stop]))
             planned.load_blocks = 0
         return meta
 
@@ -189,7 +194,7 @@ class PionConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if not isinstance(meta, PionConnectorMetadata) or not meta.loads or self._layout is None:
             return
-        names = [ns for load in meta.loads for ns in load.namespaces]
+        names = [ns for load in meta.loads for ns in self._namespaces(load.hashes)]
         fetched = self.store.fetch_many(names)
         missing = [ns for ns, chunk in zip(names, fetched, strict=True) if chunk is None]
         if missing:
@@ -197,7 +202,7 @@ class PionConnector(KVConnectorBase_V1):
                                f"(first: {missing[0]})")
         position = 0
         for load in meta.loads:
-            n = len(load.namespaces)
+            n = len(load.hashes)
             rows = torch.empty((2, self.geometry.n_layers, n * self.block_size, self.geometry.kv_dim),
                                dtype=self.geometry.dtype)
             for i in range(n):
@@ -228,7 +233,7 @@ class PionConnector(KVConnectorBase_V1):
         for store in meta.stores:
             per_layer = [self._layout.gather(cache, store.block_ids) for cache in self._kv_caches]
             rows = torch.stack(per_layer, dim=1)  # [2, layers, n * block_size, kv_dim]
-            for i, ns in enumerate(store.namespaces):
+            for i, ns in enumerate(self._namespaces(store.hashes)):
                 chunks.append((ns, rows[:, :, i * self.block_size:(i + 1) * self.block_size].contiguous()))
         try:
             self.store.put_many(self.model, chunks)
