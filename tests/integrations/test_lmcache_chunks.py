@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -16,6 +17,7 @@ import torch
 from pion.client.connection import PionClient
 from pion.integrations.kv_chunks import ChunkGeometry, KvChunkStore, ModelKey, resolve_format
 from support.procs import ServerProcess
+from support.workers import start_workers
 
 GEOMETRY = ChunkGeometry(n_layers=3, kv_dim=64, chunk_size=16, dtype=torch.float16)
 MODEL = ModelKey("tiny/llama", world_size=1, worker_id=0, dtype="half")
@@ -161,3 +163,25 @@ def test_unknown_formats_and_dtypes_without_an_exact_format_are_refused(client: 
     with pytest.raises(ValueError, match="no exact Pion format for K/V dtype torch.float64"):
         resolve_format("auto", torch.float64)
     assert resolve_format("int8", torch.float64) == "int8"
+
+
+def test_under_workers_a_reader_on_another_worker_follows_the_redirect_once(tmp_path: Path) -> None:
+    group = start_workers(tmp_path / "pion-w2", 2)
+    try:
+        original = [chunk(16, seed=20 + i) for i in range(3)]
+        with PionClient("127.0.0.1", group.ports[0]) as writer_client:
+            writer = KvChunkStore(writer_client, GEOMETRY)
+            names = [writer.chunk_namespace(MODEL, 500 + i) for i in range(3)]
+            writer.put_many(MODEL, list(zip(names, original, strict=True)))
+        with PionClient("127.0.0.1", group.ports[1]) as reader_client:
+            reader = KvChunkStore(reader_client, GEOMETRY)
+            assert reader.count_leading(names) == 3  # the directory answers on any worker
+            restored = [restore(reader, ns) for ns in names]
+            assert reader_client.redirects == 1
+        with PionClient("127.0.0.1", group.ports[1]) as other_client:  # still on worker 1
+            again = KvChunkStore(other_client, GEOMETRY).put_many(MODEL, [(names[0], original[0])])
+            assert (other_client.redirects, other_client.kv_prefix_lookup(names[0])) == (0, True)
+        assert again == original[0].numel() * 2  # held by worker 0 already: not a failure
+        assert all(r is not None and torch.equal(r, o) for r, o in zip(restored, original, strict=True))
+    finally:
+        group.server.stop()

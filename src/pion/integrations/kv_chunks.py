@@ -38,6 +38,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import redis
@@ -46,6 +47,7 @@ import torch
 from pion.client.connection import FetchDtype, PionClient, PionPipeline
 from pion.client.namespaces import make_namespace
 from pion.client.prefix_transport import LayerFormats, PrefixTransport, RowSource, Side, decode_layer
+from pion.client.redirect import parse_redirect
 from pion.client.runtimes.transformers_kv import KvShape
 from pion.common.ids import Namespace, k_session
 
@@ -170,7 +172,10 @@ class KvChunkStore:
             nbytes += self.transport.queue_store(pipe, ns, _row_source(tensor))
             owners.extend([ns] * (len(pipe) - len(owners)))
         replies = pipe.execute(raise_on_error=False)
-        failed = {owner: reply for owner, reply in zip(owners, replies, strict=True) if isinstance(reply, Exception)}
+        # Under -w N a chunk another process stored lives on its worker: the same content (the name
+        # is its hash) is already held, so a redirect is not a failure.
+        failed = {owner: reply for owner, reply in zip(owners, replies, strict=True)
+                  if isinstance(reply, Exception) and parse_redirect(reply) is None}
         if failed:
             # The pipeline ran on past the refusal (a REGISTER refused for another geometry lets the
             # rows land in the old sessions): drop what was written so no reader restores it.
@@ -214,6 +219,7 @@ class KvChunkStore:
         for ns in namespaces:
             self.transport.queue_fetch(pipe, ns, full)
         replies = pipe.execute(raise_on_error=False)
+        self._follow_redirects(namespaces, replies, full)
         out: list[FetchedChunk | None] = []
         short: list[int] = []
         for i, ns in enumerate(namespaces):
@@ -226,6 +232,29 @@ class KvChunkStore:
         if short:
             self._fetch_short(namespaces, short, out)
         return out
+
+    def _follow_redirects(self, namespaces: Sequence[Namespace], replies: list[Any], n_tokens: int) -> None:
+        """Under ``pion-server -w N``: refetch chunks answered ``session lives on worker N`` there.
+
+        Chunks stored by other processes can live on different workers, so each owner gets one
+        round trip (the client moves to it, ``PionClient.follow_redirect``); ``replies`` is updated
+        in place. A chunk redirected again is left as the error (a miss).
+        """
+        seen: set[tuple[str, int]] = set()
+        while True:
+            pending = [i for i in range(len(namespaces)) if parse_redirect(replies[2 * i]) is not None]
+            target = parse_redirect(replies[2 * pending[0]]) if pending else None
+            if target is None or (target.host, target.port) in seen:
+                return
+            seen.add((target.host, target.port))
+            self.client.follow_redirect(replies[2 * pending[0]])
+            mine = [i for i in pending if parse_redirect(replies[2 * i]) == target]
+            pipe = self.client.pipeline()
+            for i in mine:
+                self.transport.queue_fetch(pipe, namespaces[i], n_tokens)
+            again = pipe.execute(raise_on_error=False)
+            for j, i in enumerate(mine):
+                replies[2 * i], replies[2 * i + 1] = again[2 * j], again[2 * j + 1]
 
     def _fetch_short(self, namespaces: Sequence[Namespace], indexes: list[int],
                      out: list[FetchedChunk | None]) -> None:
