@@ -18,7 +18,9 @@ Roles, by when LMCache calls them:
     CPU backend, which the caller then owns. A missing chunk is None; a connection failure raises,
     which LMCache's RemoteBackend logs and treats as a miss.
 
-Only ``MemoryFormat.KV_2LTD`` (separate K and V, one layer group) is supported; MLA and
+Against ``pion-server -w N`` the chunk store follows ``session lives on worker N`` redirects
+(``pion.integrations.kv_chunks``). Only ``MemoryFormat.KV_2LTD`` (separate K and V, one layer
+group) is supported; MLA and
 heterogeneous layer groups are refused when the connector is created, with the reason.
 """
 

@@ -36,7 +36,8 @@ Worker side (one instance per worker):
 Failures: the scheduler treats an unreachable server as a miss (0 tokens). A load that fails on the
 worker raises (vLLM's ``kv_load_failure_policy`` decides); a failed save is logged and dropped
 (a later request recomputes).
-Not done yet: worker redirects (the workers issue), MLA, hybrid (HMA) models, chunked prefills
+``pion-server -w N``: redirects are followed by ``KvChunkStore`` (per owner, once).
+Not done yet: MLA, hybrid (HMA) models, chunked prefills
 that store a prompt over several steps (only blocks computed in the request's first step are
 stored), layouts other than CPU_ATTN.
 """
