@@ -252,7 +252,7 @@ def test_with_the_cold_tier_down_lookup_misses_and_the_warm_tier_keeps_serving(t
         assert fetch(conn, "warm-only", "pk", 1) == sent[("pk", 1)].tobytes()
         assert conn.execute_command("KV.PREFIX.LOOKUP", "elsewhere") == b"MISS"
         got = stats(conn)
-        assert got["coldtier_misses"] == 1 and int(got["coldtier_errors"]) >= 2  # type: ignore[call-overload]
+        assert got["coldtier_misses"] == 1 and int(got["coldtier_errors"]) >= 1  # type: ignore[call-overload]
         assert "cold tier redis://" in front.log() and "the warm tier keeps serving" in front.log()
     finally:
         front.stop()

@@ -35,6 +35,7 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 0.5
 IO_TIMEOUT_S = 2.0
 ERROR_LOG_EVERY_S = 5.0  # a dead cluster logs once per interval, not once per LOOKUP
+DOWN_FOR_S = 1.0  # after a connection failure, calls fail fast for this long (no timeout per call)
 
 
 @dataclass(slots=True)
@@ -92,6 +93,7 @@ class ColdTier:
         self._readers = ThreadPoolExecutor(4, thread_name_prefix="pion-cold-read")
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="pion-cold-write")
         self._last_error_log = 0.0
+        self._down_until = 0.0
 
     # ---- plumbing ------------------------------------------------------------------------
     def _get_client(self) -> Any:
@@ -107,10 +109,13 @@ class ColdTier:
             self._last_error_log = now
             log.warning("cold tier %s: %s failed: %s: %s (the warm tier keeps serving)",
                         self.url.text(), what, type(exc).__name__, exc)
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, redis.RedisClusterException)):
             self._client = None  # rebuild the slot map on the next call
+            self._down_until = now + DOWN_FOR_S
 
     async def _run(self, pool: ThreadPoolExecutor, what: str, fn: Callable[[Any], T]) -> T | None:
+        if time.monotonic() < self._down_until:
+            return None  # a cluster that just failed to connect: a MISS / a retried write, at once
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(pool, lambda: fn(self._get_client()))
