@@ -9,6 +9,8 @@ Shape: 30 layers, kv_dim 192 (SmolLM2-135M: 3 KV heads x 64), K and V, random fp
                 round trip), reads the 60 layer strings (one pipeline, one shard: the {ns} slot)
                 and promotes them into the warm tier, then the MFETCHes are served warm.
                 Between repeats V.DROP removes the front's warm copy only (the cold copy stays).
+  store         REGISTER + 60 V.STOREBATCH pipelined, on a front without a cold tier, with
+                write-through and with write-behind (median of 3)
   cold prefill  (--prefill) SmolLM2-135M's forward over the 2048 tokens (1 torch thread), one run.
   throughput    8 client threads, each with its own 512-token prefix of the same 30x192 shape,
                 spread over N fronts, each doing cold restores (LOOKUP, 2x MFETCH, V.DROP) for
@@ -45,26 +47,30 @@ N_LAYERS, KV_DIM = 30, 192
 CLIENTS = 8
 
 
-def start_front(data_dir: Path, url: str) -> tuple[int, subprocess.Popen[bytes]]:
+def start_front(data_dir: Path, *args: str) -> tuple[int, subprocess.Popen[bytes]]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pion.server", "--port", str(port), "--dir", str(data_dir),
-                             "--cold-tier", url, "--max-sessions", "4096"],
+                             "--max-sessions", "4096", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_ping(port, proc)
     return port, proc
 
 
-def store_prefix(conn: redis.Redis, ns: str, tokens: int, seed: int) -> int:
-    """Register and write all 60 layers (write-through: acknowledged once the cluster has them)."""
+def prefix_rows(tokens: int, seed: int) -> list[bytes]:
+    """The 60 layer blobs (K layers then V layers), made once so stores time only the store."""
     rng = np.random.default_rng(seed)
+    return [rng.standard_normal((tokens, KV_DIM)).astype(np.float16).tobytes() for _ in range(2 * N_LAYERS)]
+
+
+def store_prefix(conn: redis.Redis, ns: str, blobs: list[bytes]) -> int:
+    """Register and write all 60 layers (write-through: acknowledged once the cluster has them)."""
     pipe = conn.pipeline(transaction=False)
     pipe.execute_command("KV.PREFIX.REGISTER", ns, KV_DIM, "fp16", "LAYERS", N_LAYERS)
-    for side in ("pk", "pv"):
-        for layer in range(N_LAYERS):
-            rows = rng.standard_normal((tokens, KV_DIM)).astype(np.float16)
-            pipe.execute_command("V.STOREBATCH", f"{ns}_{side}", layer, 0, rows.tobytes(), "DTYPE", "f16")
+    for i, blob in enumerate(blobs):
+        side, layer = ("pk", "pv")[i // N_LAYERS], i % N_LAYERS
+        pipe.execute_command("V.STOREBATCH", f"{ns}_{side}", layer, 0, blob, "DTYPE", "f16")
     pipe.execute()
-    return 2 * N_LAYERS * tokens * KV_DIM * 2
+    return sum(len(b) for b in blobs)
 
 
 def restore(conn: redis.Redis, ns: str, tokens: int) -> int:
@@ -156,9 +162,17 @@ def main() -> int:
         cluster = start_cluster(base / "cluster", masters=3, replicas=0)
         fronts = []
         try:
-            fronts = [start_front(base / f"front-{i}", cluster.url) for i in range(3)]
+            fronts = [start_front(base / f"front-{i}", "--cold-tier", cluster.url) for i in range(3)]
+            fronts.append(start_front(base / "behind", "--cold-tier", cluster.url, "--cold-tier-mode", "behind"))
+            fronts.append(start_front(base / "alone"))  # no cold tier: the baseline for stores
             a, b = (redis.Redis(port=p, socket_timeout=60) for p, _ in fronts[:2])
-            nbytes = store_prefix(a, "bench", args.tokens, 0)
+            behind, alone = (redis.Redis(port=p, socket_timeout=60) for p, _ in fronts[3:])
+            blobs = prefix_rows(args.tokens, 0)
+            stores = {}
+            for name, conn in (("no cold tier", alone), ("write-through", a), ("write-behind", behind)):
+                stores[name] = median_s(lambda: store_prefix(conn, f"store-{name}", blobs), 3,
+                                        before=lambda: conn.execute_command("KV.PREFIX.DROP", f"store-{name}"))
+            nbytes = store_prefix(a, "bench", blobs)
             warm = median_s(lambda: restore(a, "bench", args.tokens), args.repeat)
             cold = median_s(lambda: restore(b, "bench", args.tokens), args.repeat,
                             before=lambda: forget_warm(b, "bench"))
@@ -166,12 +180,15 @@ def main() -> int:
                   f"{nbytes / 1e6:.1f} MB), median of {args.repeat}:")
             print(f"  warm tier (front holds it)        {warm * 1e3:8.1f} ms")
             print(f"  cold tier (cluster -> promote)    {cold * 1e3:8.1f} ms   ({cold / warm:.1f}x warm)")
+            print(f"store of the same prefix (REGISTER + 60 V.STOREBATCH, pipelined), median of 3:")
+            for name, seconds in stores.items():
+                print(f"  {name:<32} {seconds * 1e3:8.1f} ms   ({seconds / stores['no cold tier']:.1f}x)")
             if args.prefill:
                 prefill = cold_prefill_s(args.tokens)
                 print(f"  cold prefill (SmolLM2-135M, CPU)  {prefill * 1e3:8.1f} ms   "
                       f"({prefill / cold:.1f}x the cold-tier restore)")
             for i in range(CLIENTS):
-                store_prefix(a, f"tp-{i}", args.tp_tokens, 100 + i)
+                store_prefix(a, f"tp-{i}", prefix_rows(args.tp_tokens, 100 + i))
                 forget_warm(a, f"tp-{i}")
             print(f"\naggregate cold restores, {CLIENTS} clients, {args.tp_tokens}-token prefixes "
                   f"({2 * N_LAYERS * args.tp_tokens * KV_DIM * 2 / 1e6:.1f} MB each), {args.seconds:.0f} s each:")
