@@ -258,6 +258,20 @@ def test_with_the_cold_tier_down_lookup_misses_and_the_warm_tier_keeps_serving(t
         front.stop()
 
 
+def test_a_schema_prefix_with_mixed_formats_is_restored_with_its_formats(fronts: list[ServerProcess]) -> None:
+    a, b = (s.client() for s in fronts)
+    formats = ["fp16", "int8", "fp16", "fp8"]  # K layers 0-1, V layers 0-1
+    assert a.execute_command("KV.PREFIX.REGISTER.SCHEMA", "schema", KV_DIM, 2, *formats) == b"OK"
+    for side in ("pk", "pv"):
+        for layer in range(2):
+            a.execute_command("V.STOREBATCH", f"schema_{side}", layer, 0, rows(20 + layer).tobytes(), "DTYPE", "f16")
+    assert b.execute_command("KV.PREFIX.LOOKUP", "schema") == b"HIT"
+    assert b.execute_command("V.INFO", "schema_pv") == a.execute_command("V.INFO", "schema_pv")
+    for side in ("pk", "pv"):
+        for layer in range(2):
+            assert fetch(b, "schema", side, layer, "raw") == fetch(a, "schema", side, layer, "raw")
+
+
 def test_after_a_master_is_killed_and_its_replica_takes_over_the_prefix_is_still_served(
         fronts: list[ServerProcess], cluster: RedisCluster) -> None:
     """Runs last in this module: it leaves the cluster with one master replaced."""
