@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -270,6 +271,17 @@ def test_a_schema_prefix_with_mixed_formats_is_restored_with_its_formats(fronts:
     for side in ("pk", "pv"):
         for layer in range(2):
             assert fetch(b, "schema", side, layer, "raw") == fetch(a, "schema", side, layer, "raw")
+
+
+def test_concurrent_lookups_of_a_cold_prefix_on_one_front_share_one_promotion(fronts: list[ServerProcess]) -> None:
+    a, b = fronts
+    store_prefix(a.client(), "herd", seed=12)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: b.client().execute_command("KV.PREFIX.LOOKUP", "herd"), range(8)))
+    assert answers == [b"HIT"] * 8
+    got = stats(b.client())
+    assert (got["coldtier_promotions"], got["kvprefix_hits"]) == (1, 8)
+    assert got["coldtier_bytes_read"] == 2 * LAYERS * TOKENS * KV_DIM * 2
 
 
 def test_after_a_master_is_killed_and_its_replica_takes_over_the_prefix_is_still_served(

@@ -61,6 +61,7 @@ class ColdBridge:
         self._flusher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._demotions: set[asyncio.Task[bool]] = set()
+        self._promoting: dict[str, asyncio.Future[bool]] = {}  # one cold read per namespace at a time
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -123,7 +124,24 @@ class ColdBridge:
         await self._write(which[0], {(which[1], layer)})
 
     async def promote(self, ns: str) -> bool:
-        """A warm miss: read the index (one round trip); on a cold hit copy the rows in."""
+        """A warm miss: read the index (one round trip); on a cold hit copy the rows in.
+
+        Concurrent LOOKUPs of one namespace on this front share one promotion (single flight):
+        a popular prefix is read from its shard once per front, not once per waiting client."""
+        running = self._promoting.get(ns)
+        if running is not None:
+            return await asyncio.shield(running)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._promoting[ns] = future
+        result = False
+        try:
+            result = await self._promote(ns)
+        finally:
+            del self._promoting[ns]
+            future.set_result(result)  # on an exception the waiters read a miss
+        return result
+
+    async def _promote(self, ns: str) -> bool:
         tier, stats = self.tier, self.tier.stats
         index = await tier.read_index(ns)
         rows = await tier.read_rows(ns, index) if index is not None and index.hit() else None
