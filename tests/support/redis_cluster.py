@@ -8,6 +8,7 @@ binaries are missing (CI installs them: .ci/run).
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,16 @@ import redis
 from support.procs import free_port
 
 NODE_TIMEOUT_MS = 1000  # failover within ~2-3 s of a master's death
+_NODES: list[subprocess.Popen[bytes]] = []  # every redis-server started, so none outlives the run
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """A test run that died before a fixture's teardown leaves no redis-server behind."""
+    for proc in _NODES:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def cluster_tools_missing() -> str | None:
@@ -99,6 +110,7 @@ def start_cluster(base: Path, masters: int = 3, replicas: int = 0) -> RedisClust
                  "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "no", "--save", "",
                  "--logfile", str(node_dir / "redis.log"), "--daemonize", "no"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _NODES.append(proc)
             cluster.nodes.append(RedisNode(port, proc))
         for node in cluster.nodes:
             _wait_ping(node)
