@@ -51,6 +51,7 @@ ENV_SAMPLES: dict[str, tuple[str, object]] = {
     "ns_prefix": ("app|", "app|"), "admission": ("2hit", "2hit"), "admission_window": ("99", 99),
     "databases": ("4", 4), "maxmemory_policy": ("volatile-ttl", "volatile-ttl"),
     "maxmemory_samples": ("10", 10),
+    "cold_tier": ("redis://10.0.0.9:6380", "redis://10.0.0.9:6380"), "cold_tier_mode": ("behind", "behind"),
 }
 
 

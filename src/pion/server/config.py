@@ -27,6 +27,7 @@ from pion.common.options import build_arg_parser as build_arg_parser_for
 from pion.common.ports import PION_SERVER_PORT
 from pion.server.store.eviction import POLICIES
 from pion.server.tenants import TenantSpec, parse_tenants
+from pion.server.coldtier.url import parse_cold_tier_option
 
 DEFAULT_PORT = PION_SERVER_PORT
 __all__ = ["DEFAULT_PORT", "LOG_LEVELS", "OPTIONS", "ServerConfig", "build_arg_parser", "load_config",
@@ -71,6 +72,8 @@ class ServerConfig:
     databases: int = 16  # numbered keyspaces for SELECT (Redis's default)
     maxmemory_policy: str = "allkeys-lru"  # which keys go under --maxmemory (docs/keyspace.md)
     maxmemory_samples: int = 5  # keys sampled per database per eviction (Redis's default)
+    cold_tier: str | None = None  # redis-cluster://h:p[,h:p...] | redis://h:p (docs/scale-out.md)
+    cold_tier_mode: str = "through"  # through: ack after the cluster write | behind: flush later
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -152,6 +155,10 @@ OPTIONS: list[Option] = [
            "allkeys-lfu | allkeys-random | volatile-lru | volatile-lfu | volatile-random | volatile-ttl"),
     Option(("--maxmemory-samples",), "maxmemory_samples", parse_int(1, 64),
            "keys sampled per database for each eviction (default 5, like Redis)"),
+    Option(("--cold-tier",), "cold_tier", parse_cold_tier_option,
+           "shared cold tier: redis-cluster://host:port[,host:port...] or redis://host:port (default: none)"),
+    Option(("--cold-tier-mode",), "cold_tier_mode", parse_choice("through", "behind"),
+           "through (default: reply after the cold tier has the rows) | behind (copy them shortly after)"),
 ]
 
 
@@ -172,4 +179,8 @@ def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None
         # show a tenant other tenants' names (docs/security.md, "Tenants and workers").
         raise ConfigError("--tenant/--ns-prefix cannot be combined with -w N > 1 yet "
                           "(use -w 1, or --independent-workers)")
+    if config.cold_tier and config.workers > 1 and not config.independent_workers:
+        # A promoted prefix would not be published in the cross-worker directory (docs/scale-out.md).
+        raise ConfigError("--cold-tier cannot be combined with -w N > 1 yet "
+                          "(use -w 1, or --independent-workers: each worker is then its own front)")
     return config

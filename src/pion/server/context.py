@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import asyncio
 
+    from pion.server.coldtier.bridge import ColdBridge
     from pion.server.commands.table import CommandTable
     from pion.server.config import ServerConfig
     from pion.server.dispatcher import Dispatcher
@@ -82,6 +83,7 @@ class ServerState:
     tenants: TenantRegistry | None = None  # --tenant / --ns-prefix users (server/tenants.py)
     admission: Admission | None = None  # --admission policy and ghost list (server/admission.py)
     worker: WorkerRuntime | None = None  # -w N only (workers/runtime.py)
+    cold_tier: ColdBridge | None = None  # --cold-tier: the shared cold tier (server/coldtier/)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 # The 16 PION.STATS fields, in reply order.
 FIELDS = (
@@ -30,6 +31,14 @@ FIELDS = (
 )
 
 
+class ReceiptSection(Protocol):
+    """More PION.STATS fields, added after the 16 by an optional part (the cold tier)."""
+
+    def fields(self) -> dict[str, int | float]: ...
+
+    def reset(self) -> None: ...
+
+
 class Receipt:
     """Per-worker counters behind PION.STATS."""
 
@@ -37,6 +46,9 @@ class Receipt:
         self.prefill_us_per_token = prefill_us_per_token
         self._clock = clock
         self._started = clock()
+        # Extra field groups appended after the 16 (the cold tier's, with --cold-tier): each has
+        # fields() -> {name: value} and reset().
+        self.sections: list[ReceiptSection] = []
         self.reset()
 
     def reset(self) -> None:
@@ -53,6 +65,8 @@ class Receipt:
         self.vector_queries = 0
         self.admission_deferred = 0  # KV.PREFIX.REGISTER answered +DEFERRED (--admission 2hit)
         self.admission_admitted = 0  # registrations admitted (under 2hit: on their second sight)
+        for section in getattr(self, "sections", ()):
+            section.reset()
 
     def record_prefix_lookup(self, hit: bool, tokens: int = 0, measured_ms: float | None = None) -> None:
         """One KV.PREFIX.LOOKUP answer. A hit credits ``measured_ms`` if known, else the token estimate."""
@@ -119,5 +133,8 @@ class Receipt:
             "semantic_hit_rate": self.semantic_hits / semantic if semantic else 0.0,
             "prefill_seconds_avoided_estimated": self.prefill_seconds_estimated,
         }
-        return {name: values[name] for name in FIELDS}
+        fields = {name: values[name] for name in FIELDS}
+        for section in self.sections:
+            fields.update(section.fields())
+        return fields
 

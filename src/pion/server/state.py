@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from pion.server.coldtier.install import install_cold_tier
 from pion.server.commands.table import build_table
 from pion.server.config import ServerConfig
 from pion.server.context import ServerState
@@ -45,6 +46,7 @@ def build_state(config: ServerConfig, worker: WorkerRuntime | None = None) -> Se
                                          config.wal_repair))
     tenants = TenantRegistry(config.tenants, config.requirepass, config.ns_prefix, receipt)
     table = build_table()
+    cold_tier = install_cold_tier(config, stores.vstore, receipt, table.specs)  # None without --cold-tier
     if worker is not None:
         route_table(table, worker)
     dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us,
@@ -52,7 +54,7 @@ def build_state(config: ServerConfig, worker: WorkerRuntime | None = None) -> Se
     state = ServerState(config=config, started_at=time.time(), stores=stores, receipt=receipt,
                         embedder=embedder, persist=persist, table=table, dispatcher=dispatcher,
                         tenants=tenants, admission=Admission(config.admission, config.admission_window),
-                        worker=worker)
+                        worker=worker, cold_tier=cold_tier)
     state.network = PionServer(state, dispatcher)
     return state
 
@@ -75,6 +77,8 @@ def open_state(state: ServerState) -> None:
     state.network.before_reply.append(persist.flush_batch)
     state.network.reply_pending.append(persist.batch_pending)
     state.dispatcher.track_writes = True
+    if state.cold_tier is not None:
+        state.cold_tier.start()  # after the replay: replayed evictions are not demotions
     state.expiry_task = asyncio.get_running_loop().create_task(
         _expire_forever(state, 1.0 / state.config.hz))
 
@@ -96,4 +100,6 @@ def close_state(state: ServerState) -> None:
     state.embedder.close()
     if state.worker is not None:
         state.worker.close()
+    if state.cold_tier is not None:
+        state.cold_tier.close()  # writes what write-behind still holds
     state.persist.close()

@@ -123,6 +123,9 @@ class VStore:
         # Other eviction groups sharing the budget (state-only SSM namespaces): asked, when the
         # sessions do not free enough, to plan ``need`` bytes; returns (bytes, evict-them callback).
         self.plan_extra_room: Callable[[int, tuple[SessionId, ...]], tuple[int, Callable[[], None]]] | None = None
+        # The cold tier (server/coldtier/): told which sessions are about to be evicted, so it
+        # demotes them instead of losing them. None without --cold-tier.
+        self.before_evict: Callable[[list[SessionId]], None] | None = None
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -286,6 +289,8 @@ class VStore:
         present = [sid for sid in sids if sid in self._sessions]
         if not present:
             return
+        if self.before_evict is not None:
+            self.before_evict(present)
         self.journal.append(Evict(present))
         for sid in present:
             self._remove(sid)

@@ -1,0 +1,228 @@
+"""The warm tier <-> cold tier moves: promote on a warm miss, write on store, demote on eviction.
+
+``ColdBridge`` owns the decisions (docs/scale-out.md); ``commands.py`` calls it from the
+KV.PREFIX / V.STOREBATCH handlers and the V-store calls ``before_evict`` at its eviction point.
+
+Modes (``--cold-tier-mode``):
+  through  (default) a write to a registered prefix is acknowledged after the cluster
+           acknowledged it: once a client saw the reply, a front that dies (kill -9) loses
+           nothing the cold tier does not hold.
+  behind   the reply goes out after the warm write; a flusher copies dirty layers to the
+           cluster within ~FLUSH_INTERVAL_S (coalescing repeated writes to a layer). A front
+           killed in that window loses those rows from the cold tier (its own WAL still has
+           them); a clean shutdown flushes first.
+In both modes a failed cluster write is logged, counted and retried by the flusher; the
+client's write to the warm tier still succeeds (the cold tier is a cache, not the record).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pion.common.errors import CommandError
+from pion.common.ids import K_SUFFIX, V_SUFFIX, SessionId, k_session, v_session
+from pion.server.coldtier.layout import PrefixMeta
+from pion.server.coldtier.tier import ColdTier, LayerRows
+from pion.server.store.prefixes import BlockTable, PrefixEntry
+from pion.server.store.vstore import VStore
+
+log = logging.getLogger("pion.server.coldtier")
+
+FLUSH_INTERVAL_S = 0.01  # write-behind: how long dirty layers wait (to coalesce) before the flush
+RETRY_INTERVAL_S = 1.0  # after a failed cluster write
+META = ("meta", -1)  # the pending-set marker for "write the index meta"
+Part = tuple[str, int]
+
+
+def side_of(sid: str) -> tuple[str, str] | None:
+    """``<ns>_pk`` -> (ns, "k"), ``<ns>_pv`` -> (ns, "v"), anything else None."""
+    if sid.endswith(K_SUFFIX):
+        return sid[: -len(K_SUFFIX)], "k"
+    if sid.endswith(V_SUFFIX):
+        return sid[: -len(V_SUFFIX)], "v"
+    return None
+
+
+def meta_of(entry: PrefixEntry) -> PrefixMeta:
+    blocks = entry.blocks
+    return PrefixMeta(entry.kv_dim, entry.k_formats, entry.v_formats, entry.uniform, entry.layers,
+                      None if blocks is None else blocks.block_size,
+                      None if blocks is None else blocks.blob(), entry.prefill_ms)
+
+
+class ColdBridge:
+    """One front's cold-tier policy over its V-store."""
+
+    def __init__(self, tier: ColdTier, vstore: VStore) -> None:
+        self.tier = tier
+        self.vstore = vstore
+        self.pending: dict[str, set[Part]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._demotions: set[asyncio.Task[bool]] = set()
+        self._promoting: dict[str, asyncio.Future[bool]] = {}  # one cold read per namespace at a time
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """After recovery (replayed evictions are not demotions): hook the V-store, start the flusher."""
+        self.vstore.before_evict = self.before_evict
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_forever())
+
+    def close(self) -> None:
+        """Stop the flusher and write what is still pending (a clean shutdown loses nothing)."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        for ns in list(self.pending):
+            meta, layers = self._snapshot(ns, self.pending.pop(ns))
+            if meta is not None or layers:
+                self.tier.write_blocking(ns, meta, layers)
+        self.tier.close()
+
+    # ---- warm-tier reads -----------------------------------------------------------------
+    def warm_absent(self, ns: str) -> bool:
+        """Nothing of ``ns`` in the warm tier: only then may the cold tier answer for it."""
+        store = self.vstore
+        return store.prefix(ns) is None and store.get(k_session(ns)) is None and store.get(v_session(ns)) is None
+
+    def _layer(self, ns: str, side: str, layer: int) -> LayerRows | None:
+        session = self.vstore.get(k_session(ns) if side == "k" else v_session(ns))
+        if session is None or layer not in session.layers:
+            return None
+        n = session.rows_in(layer)
+        return LayerRows(side, layer, n, bytes(session.layers[layer].raw(0, n)))
+
+    def _all_parts(self, ns: str) -> set[Part]:
+        parts: set[Part] = {META}
+        for side in ("k", "v"):
+            session = self.vstore.get(k_session(ns) if side == "k" else v_session(ns))
+            if session is not None:
+                parts.update((side, layer) for layer in session.layers)
+        return parts
+
+    def _snapshot(self, ns: str, parts: set[Part]) -> tuple[PrefixMeta | None, list[LayerRows]]:
+        """Copy the parts out of the warm tier now (the write happens later, in a thread)."""
+        entry = self.vstore.prefix(ns)
+        if entry is None:
+            return None, []
+        meta = meta_of(entry) if META in parts else None
+        layers = [rows for side, layer in sorted(p for p in parts if p != META)
+                  if (rows := self._layer(ns, side, layer)) is not None]
+        return meta, layers
+
+    # ---- the four hook points --------------------------------------------------------------
+    async def registered(self, ns: str) -> None:
+        """After KV.PREFIX.REGISTER(.SCHEMA): the index meta and whatever rows are already held."""
+        await self._write(ns, self._all_parts(ns))
+
+    async def stored(self, sid: str, layer: int) -> None:
+        """After V.STOREBATCH on a registered prefix's side: that layer (and its row count)."""
+        which = side_of(sid)
+        if which is None or self.vstore.prefix(which[0]) is None:
+            return
+        await self._write(which[0], {(which[1], layer)})
+
+    async def promote(self, ns: str) -> bool:
+        """A warm miss: read the index (one round trip); on a cold hit copy the rows in.
+
+        Concurrent LOOKUPs of one namespace on this front share one promotion (single flight):
+        a popular prefix is read from its shard once per front, not once per waiting client."""
+        running = self._promoting.get(ns)
+        if running is not None:
+            return await asyncio.shield(running)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._promoting[ns] = future
+        result = False
+        try:
+            result = await self._promote(ns)
+        finally:
+            del self._promoting[ns]
+            future.set_result(result)  # on an exception the waiters read a miss
+        return result
+
+    async def _promote(self, ns: str) -> bool:
+        tier, stats = self.tier, self.tier.stats
+        index = await tier.read_index(ns)
+        rows = await tier.read_rows(ns, index) if index is not None and index.hit() else None
+        if index is None or rows is None:
+            stats.coldtier_misses += 1
+            return False
+        if not self.warm_absent(ns):  # another client brought it in while we waited
+            return True
+        meta = index.meta
+        try:
+            self.vstore.register_prefix(ns, meta.kv_dim, meta.k_formats, meta.v_formats, meta.uniform,
+                                        block_size=meta.block_size, hashes=meta.hashes,
+                                        layers=meta.layers, prefill_ms=meta.prefill_ms)
+            for part in rows:
+                sid = k_session(ns) if part.side == "k" else v_session(ns)
+                self.vstore.store_rows(sid, part.layer, 0, part.data, "raw")
+        except CommandError as exc:  # no room (OOM), or a format this build refuses
+            log.warning("cannot promote prefix '%s' from the cold tier: %s", ns, exc.message)
+            self.vstore.drop_prefixes([ns])
+            stats.coldtier_misses += 1
+            return False
+        stats.coldtier_hits += 1
+        stats.coldtier_promotions += 1
+        return True
+
+    async def blocks(self, ns: str) -> BlockTable | None:
+        """KV.PREFIX.BLOCKS / MEMBERSHIP on a front without the prefix: the cold index's table."""
+        index = await self.tier.read_index(ns)
+        if index is None or index.meta.block_size is None or index.meta.hashes is None:
+            return None
+        return BlockTable.from_blob(index.meta.block_size, index.meta.hashes)
+
+    async def dropped(self, namespaces: list[str]) -> set[str]:
+        """After KV.PREFIX.DROP: drop everywhere; the namespaces the cold tier held."""
+        for ns in namespaces:
+            self.pending.pop(ns, None)
+        return await self.tier.drop(namespaces) or set()
+
+    def before_evict(self, sids: list[SessionId]) -> None:
+        """The V-store is about to evict these sessions: demote, do not drop.
+
+        With every write already acknowledged by the cluster the rows are there and this only
+        counts; with writes still pending (write-behind, or a failed write) the whole prefix
+        is copied out now and written in the background."""
+        for ns in {which[0] for sid in sids if (which := side_of(sid)) is not None}:
+            if self.vstore.prefix(ns) is None:
+                continue
+            self.tier.stats.coldtier_demotions += 1
+            parts = self.pending.pop(ns, None)
+            if parts is None:
+                continue
+            meta, layers = self._snapshot(ns, self._all_parts(ns))
+            task = asyncio.get_running_loop().create_task(self.tier.write(ns, meta, layers))
+            self._demotions.add(task)
+            task.add_done_callback(self._demotions.discard)
+
+    # ---- writing -------------------------------------------------------------------------
+    async def _write(self, ns: str, parts: set[Part]) -> None:
+        if self.tier.mode == "behind":
+            self.pending.setdefault(ns, set()).update(parts)
+            self._wake.set()
+            return
+        meta, layers = self._snapshot(ns, parts)
+        if not await self.tier.write(ns, meta, layers):
+            self.pending.setdefault(ns, set()).update(parts)  # retried by the flusher
+            self._wake.set()
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            failed = False
+            for ns in list(self.pending):
+                parts = self.pending.pop(ns, None)
+                if not parts:
+                    continue
+                meta, layers = self._snapshot(ns, parts)
+                if (meta is not None or layers) and not await self.tier.write(ns, meta, layers):
+                    self.pending.setdefault(ns, set()).update(parts)
+                    failed = True
+            if failed:
+                await asyncio.sleep(RETRY_INTERVAL_S)
+                self._wake.set()

@@ -1,0 +1,87 @@
+"""The cold tier's pure parts: the --cold-tier URL, the index layout and its hit rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from pion.common.errors import ConfigError
+from pion.server.coldtier.layout import ColdIndex, PrefixMeta, index_key, rows_key
+from pion.server.coldtier.url import ColdTierUrl, parse_cold_tier_option, parse_cold_tier_url
+from pion.server.config import load_config
+
+
+def test_a_cluster_url_lists_every_seed_node() -> None:
+    url = parse_cold_tier_url("--cold-tier", "redis-cluster://127.0.0.1:7000,10.0.0.2:7001,[::1]:7002")
+    assert url == ColdTierUrl(True, (("127.0.0.1", 7000), ("10.0.0.2", 7001), ("::1", 7002)))
+
+
+def test_a_single_redis_url_is_not_a_cluster() -> None:
+    assert parse_cold_tier_url("--cold-tier", "redis://cache:6379") == ColdTierUrl(False, (("cache", 6379),))
+
+
+def test_the_config_keeps_the_normalised_url_and_an_empty_value_means_none() -> None:
+    assert parse_cold_tier_option("--cold-tier", "REDIS-CLUSTER://h:1,h:2") == "redis-cluster://h:1,h:2"
+    assert parse_cold_tier_option("--cold-tier", "") is None
+
+
+def test_the_cold_tier_options_come_from_flags_or_the_environment() -> None:
+    config = load_config([], {"PION_COLD_TIER": "redis://h:1", "PION_COLD_TIER_MODE": "behind"})
+    assert (config.cold_tier, config.cold_tier_mode) == ("redis://h:1", "behind")
+    assert (load_config([]).cold_tier, load_config([]).cold_tier_mode) == (None, "through")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("rediss://h:1", "must start with redis-cluster:// or redis://"),
+    ("redis-cluster://", "must be redis-cluster://host:port[,host:port...]"),
+    ("redis-cluster://h:1,h", "'h' in 'redis-cluster://h:1,h' is not host:port"),
+    ("redis://h:99999", "port '99999'"),
+    ("redis://user:pw@h:1", "no path, credentials or query"),
+])
+def test_a_bad_url_is_a_config_error_naming_the_problem(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_cold_tier_url("--cold-tier", text)
+    assert message in str(info.value)
+
+
+def test_a_cold_tier_with_shared_workers_is_refused_and_with_independent_workers_accepted() -> None:
+    with pytest.raises(ConfigError, match="--cold-tier cannot be combined with -w N > 1 yet"):
+        load_config(["--cold-tier", "redis://h:1", "-w", "2"], {})
+    config = load_config(["--cold-tier", "redis://h:1", "-w", "2", "--independent-workers"], {})
+    assert (config.cold_tier, config.workers) == ("redis://h:1", 2)
+
+
+def test_a_bad_cold_tier_mode_is_refused() -> None:
+    with pytest.raises(ConfigError, match="must be one of through, behind"):
+        load_config(["--cold-tier-mode", "sometimes"], {})
+
+
+def test_every_key_of_a_prefix_shares_its_hash_tag() -> None:
+    assert index_key("sys-prompt") == "pion:{sys-prompt}:idx"
+    assert rows_key("sys-prompt", "v", 29) == "pion:{sys-prompt}:v:29"
+
+
+def test_prefix_meta_survives_its_json_round_trip() -> None:
+    meta = PrefixMeta(192, ("fp16", "int8"), ("fp16", "fp8"), False, 2, 16, b"\x01" * 16, 12.5)
+    assert PrefixMeta.from_json(meta.to_json()) == meta
+
+
+def _index(layers: int | None, rows: dict[bytes, bytes]) -> ColdIndex:
+    meta = PrefixMeta(192, ("fp16",), ("fp16",), True, layers)
+    decoded = ColdIndex.decode({b"meta": meta.to_json().encode(), **rows})
+    assert decoded is not None
+    return decoded
+
+
+def test_with_layers_the_index_is_a_hit_only_when_every_layer_holds_the_same_rows() -> None:
+    full = _index(2, {b"k:0": b"8", b"k:1": b"8", b"v:0": b"8", b"v:1": b"8"})
+    assert (full.hit(), full.tokens()) == (True, 8)
+    assert _index(2, {b"k:0": b"8", b"k:1": b"8", b"v:0": b"8"}).hit() is False
+    assert _index(2, {b"k:0": b"8", b"k:1": b"8", b"v:0": b"8", b"v:1": b"7"}).hit() is False
+
+
+def test_without_layers_the_registration_alone_is_a_hit_as_in_the_warm_tier() -> None:
+    assert _index(None, {}).hit() is True
+
+
+def test_an_index_without_meta_is_no_prefix() -> None:
+    assert ColdIndex.decode({b"k:0": b"8"}) is None
