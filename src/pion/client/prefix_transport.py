@@ -86,6 +86,20 @@ class LayerFormats:
         v = tuple("fp16" if i < n_protected or i >= n_layers - n_protected else fmt for i in range(n_layers))
         return cls(("fp16",) * n_layers, v, schema=True)
 
+    @classmethod
+    def mixed(cls, k_fmt: str, v_fmt: str, n_layers: int, n_protected: int = 0) -> LayerFormats:
+        """K in ``k_fmt`` and V in ``v_fmt`` (e.g. the KIVI pair kivi4g64 / mlx4g32); both sides fp16
+        on the first and last ``n_protected`` layers. Registered with SCHEMA unless K == V uniformly.
+        """
+        if n_protected < 0:
+            raise ValueError(f"n_protected must be >= 0, got {n_protected}")
+
+        def side(fmt: str) -> tuple[str, ...]:
+            return tuple("fp16" if i < n_protected or i >= n_layers - n_protected else fmt
+                         for i in range(n_layers))
+        k, v = side(k_fmt), side(v_fmt)
+        return cls(k, v, schema=not (k == v and len(set(k)) == 1))
+
     def of(self, side: Side) -> tuple[str, ...]:
         return self.k if side == "k" else self.v
 
