@@ -69,12 +69,12 @@ TOKEN_GROUPS = (32, 64, 128)
 
 
 @cache
-def _nibble_table(offset: int) -> np.ndarray:
-    """byte -> (low nibble - offset, high nibble - offset) as two float32 packed in one uint64."""
+def _nibble_table() -> np.ndarray:
+    """byte -> (low nibble, high nibble) as two float32 codes packed in one uint64."""
     pairs = np.empty((256, 2), dtype=np.float32)
     index = np.arange(256)
-    pairs[:, 0] = (index & 0xF) - offset
-    pairs[:, 1] = (index >> 4) - offset
+    pairs[:, 0] = index & 0xF
+    pairs[:, 1] = index >> 4
     return pairs.view(np.uint64).reshape(256)
 
 
@@ -168,28 +168,30 @@ class KiviCodec:
         n_full = n // g
         code_bytes = kv_dim * self.bits // 8
         params = raw[:, code_bytes:].view("<f2")
-        out = np.empty((n, kv_dim), dtype=np.float32)
+        out = self._codes(raw[:, :code_bytes], n, kv_dim)
         if n_full:
-            full = out[: n_full * g]
-            self._codes(raw[: n_full * g, :code_bytes], kv_dim, 0, full)
             per_group = params[: n_full * g].reshape(n_full, 2 * kv_dim).astype(np.float32)
-            view = full.reshape(n_full, g, kv_dim)
+            view = out[: n_full * g].reshape(n_full, g, kv_dim)
             view *= per_group[:, None, :kv_dim]
             view += per_group[:, None, kv_dim:]
         if n % g:
-            tail = out[n_full * g:]
-            self._codes(raw[n_full * g:, :code_bytes], kv_dim, self._half, tail)
             scale = params[n_full * g:].astype(np.float32)
-            view = tail.reshape(tail.shape[0], scale.shape[1], -1)
-            view *= scale[:, :, None]
+            tail = out[n_full * g:].reshape(n - n_full * g, scale.shape[1], -1)
+            tail -= np.float32(self._half)
+            tail *= scale[:, :, None]
         return as_out_dtype(out, out_dtype)
 
-    def _codes(self, packed: np.ndarray, kv_dim: int, offset: int, out: np.ndarray) -> None:
-        """Unpack codes into ``out`` as float32 (code - offset)."""
+    def _codes(self, packed: np.ndarray, n: int, kv_dim: int) -> np.ndarray:
+        """The unsigned codes as a new float32 [n, D] array.
+
+        4-bit: one table gather expands a byte into two float32 values; letting the gather
+        allocate its result (rather than gathering into a preallocated array) measured 3x faster
+        in benchmarks/codec_speed.py.
+        """
         if self.bits == 4:
-            out.view(np.uint64).reshape(out.shape[0], kv_dim // 2)[:] = _nibble_table(offset)[packed]
-        else:
-            np.subtract(packed, np.float32(offset), out=out, dtype=np.float32)
+            pairs: np.ndarray = _nibble_table()[packed]
+            return pairs.view(np.float32).reshape(n, kv_dim)
+        return packed.astype(np.float32)
 
 
 class Kivi4G32Codec(KiviCodec):
