@@ -81,12 +81,14 @@ def test_a_batch_that_splits_a_token_group_is_refused_and_nothing_is_stored(conn
     conn.execute_command("V.CREATE", "ks", KV_DIM, "VQUANT", "kivi4g32")
     conn.execute_command("V.STOREBATCH", "ks", 0, 0, data.tobytes())
     before = conn.execute_command("V.FETCH", "ks", 0, "RANGE", 0, 70, "DTYPE", "raw")
-    for start, n in [(8, 10), (65, 5), (0, 40), (32, 20)]:
+    # (32, 32) would rewrite only the group the 6 tail rows are stored relative to
+    for start, n in [(8, 10), (65, 5), (0, 40), (32, 20), (32, 32), (0, 64)]:
         with pytest.raises(redis.ResponseError) as info:
             conn.execute_command("V.STOREBATCH", "ks", 0, start, rows(n, 4).tobytes())
         assert str(info.value) == (
             "kivi4g32 stores rows in groups of 32 tokens: a batch must start at a multiple of 32 and end at one "
-            f"or at/after the layer's end (70 rows); got rows {start}..{start + n}")
+            "or at/after the layer's end (70 rows), and one that rewrites the group before a partial tail must "
+            f"rewrite the tail too; got rows {start}..{start + n}")
     assert conn.execute_command("V.FETCH", "ks", 0, "RANGE", 0, 70, "DTYPE", "raw") == before
     info_reply = conn.execute_command("V.INFO", "ks")
     assert info_reply[info_reply.index(b"rows") + 1] == [70]

@@ -64,6 +64,7 @@ from pion.codecs.base import (
     require_multiple,
     safe_divisor,
 )
+from pion.common.errors import CodecError
 
 TOKEN_GROUPS = (32, 64, 128)
 
@@ -113,10 +114,12 @@ class KiviCodec:
         n_full = n // g
         codes = np.empty((n, kv_dim), dtype=np.uint8)
         params = np.empty((n, self._param_slots(kv_dim)), dtype=np.float32)
+        reference = None
         if n_full:
-            self._encode_groups(x[: n_full * g].reshape(n_full, g, kv_dim), codes, params)
+            scale, bias = self._encode_groups(x[: n_full * g].reshape(n_full, g, kv_dim), codes, params)
+            reference = self._reference(scale[-1], bias[-1])
         if n % g:
-            self._encode_tail(x[n_full * g:], codes[n_full * g:], params[n_full * g:])
+            self._encode_tail(x[n_full * g:], codes[n_full * g:], params[n_full * g:], reference)
         out = np.empty((n, self.row_bytes(kv_dim)), dtype=np.uint8)
         code_bytes = kv_dim * self.bits // 8
         if self.bits == 4:
@@ -126,8 +129,12 @@ class KiviCodec:
         out[:, code_bytes:].view("<f2")[:] = params
         return out.tobytes()
 
-    def _encode_groups(self, groups: np.ndarray, codes: np.ndarray, params: np.ndarray) -> None:
-        """Full token groups [j, G, D]: per-channel affine codes; params spread over the G rows."""
+    def _encode_groups(self, groups: np.ndarray, codes: np.ndarray,
+                       params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Full token groups [j, G, D]: per-channel affine codes; params spread over the G rows.
+
+        Returns the (fp16-exact) scales and biases, [j, D] each.
+        """
         n_groups, g, kv_dim = groups.shape
         lo = groups.min(axis=1)
         hi = groups.max(axis=1)
@@ -142,18 +149,51 @@ class KiviCodec:
         codes[: n_groups * g] = q.reshape(-1, kv_dim).astype(np.uint8)
         per_group = np.concatenate([scale, bias], axis=1)  # [j, 2D]
         params[: n_groups * g] = per_group.reshape(n_groups * g, -1)
+        return scale, bias
 
-    def _encode_tail(self, tail: np.ndarray, codes: np.ndarray, params: np.ndarray) -> None:
-        """Tail rows [t, D]: per-token symmetric codes in channel groups of G/2."""
-        t, kv_dim = tail.shape
-        slots = self._param_slots(kv_dim)
-        groups = tail.reshape(t, slots, kv_dim // slots)
-        amax = np.abs(groups).max(axis=2)
+    def _reference(self, scale: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(centre, half-width) per channel of a full group's range, float32 [D]: what a relative
+        tail row is measured against (a half-width of 0 is taken as 1)."""
+        half = scale * np.float32(self._levels / 2)
+        centre = bias + half
+        width = np.where(half > 0, half, np.float32(1.0)).astype(np.float32)
+        return centre.astype(np.float32), width
+
+    def _symmetric(self, values: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row symmetric codes of ``values`` [t, D] in ``slots`` channel groups: (signed codes as
+        float32 [t, slots, D/slots], fp16-exact scales [t, slots]; +Inf where fp16 overflows)."""
+        t, kv_dim = values.shape
+        groups = values.reshape(t, slots, kv_dim // slots)
         top = self._half - 1
-        scale = fp16_params(amax / np.float32(top), tail, self.name, "tail scale")
-        q = np.divide(groups, safe_divisor(scale)[:, :, None])
+        with np.errstate(over="ignore"):
+            scale = (np.abs(groups).max(axis=2) / np.float32(top)).astype(np.float16).astype(np.float32)
+        q = np.divide(groups, np.where(np.isfinite(scale), safe_divisor(scale), np.inf)[:, :, None])
         np.rint(q, out=q)
         np.clip(q, -top, top, out=q)
+        return q, scale
+
+    def _encode_tail(self, tail: np.ndarray, codes: np.ndarray, params: np.ndarray,
+                     reference: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """Tail rows [t, D]: per-token symmetric codes in channel groups of G/2, either of the values
+        themselves (*plain*) or, after full groups, of (x - centre) / half-width of the last full
+        group's channel ranges (*relative*: the outlier channels are divided out first). Each row
+        takes whichever has the smaller largest error; relative rows carry a negative first scale."""
+        t, kv_dim = tail.shape
+        slots = self._param_slots(kv_dim)
+        q, scale = self._symmetric(tail, slots)
+        if not np.isfinite(scale).all():
+            fp16_params(scale, tail, self.name, "tail scale")  # raises the overflow refusal
+        if reference is not None:
+            centre, width = reference
+            rel_q, rel_scale = self._symmetric((tail - centre) / width, slots)
+            plain_err = np.abs((q * scale[:, :, None]).reshape(t, kv_dim) - tail).max(axis=1)
+            with np.errstate(invalid="ignore", over="ignore"):
+                rel_hat = (rel_q * rel_scale[:, :, None]).reshape(t, kv_dim) * width + centre
+                rel_err = np.abs(rel_hat - tail).max(axis=1)
+            relative = np.isfinite(rel_scale).all(axis=1) & (rel_err < plain_err)
+            q[relative] = rel_q[relative]
+            scale[relative] = rel_scale[relative]
+            scale[relative, 0] = -scale[relative, 0]  # the flag: sign bit of the first scale (also -0.0)
         q += self._half
         codes[:] = q.reshape(t, kv_dim).astype(np.uint8)
         params[:] = scale
@@ -175,10 +215,23 @@ class KiviCodec:
             view *= per_group[:, None, :kv_dim]
             view += per_group[:, None, kv_dim:]
         if n % g:
-            scale = params[n_full * g:].astype(np.float32)
-            tail = out[n_full * g:].reshape(n - n_full * g, scale.shape[1], -1)
-            tail -= np.float32(self._half)
-            tail *= scale[:, :, None]
+            bits = params[n_full * g:].view(np.uint16)
+            relative = (bits[:, 0] & 0x8000) != 0
+            scale = np.abs(params[n_full * g:].astype(np.float32))
+            tail = out[n_full * g:]
+            groups = tail.reshape(n - n_full * g, scale.shape[1], -1)
+            groups -= np.float32(self._half)
+            groups *= scale[:, :, None]
+            if relative.any():
+                if not n_full:
+                    raise CodecError(f"{self.name}: the tail rows of this blob are relative to the token group "
+                                     "before them; decode from a group boundary before the tail")
+                last = params[(n_full - 1) * g: n_full * g].reshape(2 * kv_dim).astype(np.float32)
+                centre, width = self._reference(last[:kv_dim], last[kv_dim:])
+                rows = tail[relative]
+                rows *= width
+                rows += centre
+                tail[relative] = rows
         return as_out_dtype(out, out_dtype)
 
     def _codes(self, packed: np.ndarray, n: int, kv_dim: int) -> np.ndarray:

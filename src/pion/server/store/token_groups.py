@@ -7,11 +7,14 @@ rules are no-ops):
 
 * a write starts at a multiple of G and ends at a multiple of G or at/after the layer's end --
   it never leaves a group half old and half new (extending a partial tail means re-sending the
-  tail's rows with the new ones, from the group's first row);
+  tail's rows with the new ones, from the group's first row); and a write that rewrites the last
+  full group before a partial tail must rewrite the tail too (tail rows may be stored relative to
+  that group's channel ranges);
 * a read of rows ``a..b`` decodes the enclosing whole groups ``G*floor(a/G) .. min(n, G*ceil(b/G))``
-  and slices, so every decode sees a blob that starts on a group and whose trailing partial
-  group, if any, is the layer's real tail. ``DTYPE raw`` returns exactly rows ``a..b``; they are
-  decodable on their own when a is a multiple of G and b is one or the layer's end.
+  -- reaching one group further back when it includes tail rows -- and slices, so every decode
+  sees a blob that starts on a group and whose trailing partial group, if any, is the layer's
+  real tail with the group before it. ``DTYPE raw`` returns exactly rows ``a..b``; they are
+  decodable on their own when a is a multiple of G and b is one, or a = 0 and b the layer's end.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ def check_store_range(codec: Codec, fmt: str, start_id: int, end_id: int, n_rows
         return
     if start_id % group or (end_id % group and end_id < n_rows):
         raise token_group_error(fmt, group, start_id, end_id, n_rows)
+    tail_start = n_rows - n_rows % group
+    if n_rows % group and tail_start - group < end_id < n_rows:  # rewrites the tail's reference group only
+        raise token_group_error(fmt, group, start_id, end_id, n_rows)
 
 
 def enclosing_groups(codec: Codec, start_id: int, end_id: int, n_rows: int) -> tuple[int, int]:
@@ -39,6 +45,9 @@ def enclosing_groups(codec: Codec, start_id: int, end_id: int, n_rows: int) -> t
         return start_id, end_id
     lo = start_id - start_id % group
     hi = min(n_rows, -(-end_id // group) * group)
+    tail_start = n_rows - n_rows % group
+    if hi > tail_start >= group:  # tail rows: also the group their relative rows refer to
+        lo = min(lo, tail_start - group)
     return lo, hi
 
 
