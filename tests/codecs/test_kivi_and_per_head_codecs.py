@@ -237,3 +237,21 @@ def test_per_channel_k_has_less_error_than_per_row_k_at_the_same_bytes_on_smollm
     assert get_codec("kivi4g32").row_bytes(192) == get_codec("mlx4g32").row_bytes(192)
     assert err["kivi4g32"] < 0.6 * err["mlx4g32"]
     assert err["kivi8g64"] < 0.5 * err["int8"]
+
+
+def test_kivi4g32_relative_tail_worked_example_matches_the_docs() -> None:
+    x = np.tile(np.arange(33, dtype=np.float32)[:, None] / 8, (1, 32))
+    x[:, 0] += 100
+    codec = get_codec("kivi4g32")
+    blob = codec.encode(x)
+    assert blob[32 * 20:].hex(" ") == "ff " * 16 + "de b0 de 30"
+    assert [round(float(v), 5) for v in codec.decode(blob, 32)[32, :2]] == [103.99985, 3.99985]
+
+
+def test_kivi4g32_plain_tail_worked_example_matches_the_docs() -> None:
+    x = np.zeros((1, 64), dtype=np.float32)
+    x[0, :4] = [0.5, -1.0, 0.25, 0.0]
+    x[0, 32] = 3.0
+    blob = get_codec("kivi4g32").encode(x)
+    assert blob.hex(" ") == ("1c 8a " + "88 " * 14 + "8f " + "88 " * 15 + "92 30 00 00 db 36 00 00").strip()
+    assert round(float(get_codec("kivi4g32").decode(blob, 64)[0, 0]), 6) == 0.571289

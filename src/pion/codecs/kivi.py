@@ -23,16 +23,25 @@ Full group (per channel c, over the G rows):
   code    = clip(round_half_even((x - bias_c) / scale_c), 0, L);  x_hat = code * scale_c + bias_c
   P = [scale_0 .. scale_{D-1}, bias_0 .. bias_{D-1}]  (2*D fp16), row r of the group holds
   P[r * 2D/G : (r+1) * 2D/G].
-Tail row (each row on its own; it has only 2*D/G parameter slots, so it is quantized per token,
-symmetric, in 2*D/G channel groups of G/2):
-  s_g  = fp16(amax_g / M),  M = 2^(b-1) - 1  (7 or 127)
-  code = clip(round_half_even(x / s_g), -M, M) + 2^(b-1);  x_hat = (code - 2^(b-1)) * s_g
-So a prefix whose length is not a multiple of G keeps its last n % G tokens at per-token
-precision (they move to per-channel when a V.STOREBATCH re-sends them with the rows that fill
-the group). Needs D % 32 == 0 and D % (G/2) == 0 (kivi?g128: D % 64 == 0).
+Tail row (it has only 2*D/G parameter slots, so it is quantized per token, symmetric, in 2*D/G
+channel groups of G/2), in one of two modes:
+  plain:     v = x
+  relative:  v = (x - c) / w, with c_c = bias_c + scale_c * L/2 and w_c = scale_c * L/2 (1 where 0)
+             of the last full group before the tail (its channel ranges' centres and half-widths,
+             in float32): K's outlier channels are divided out before the per-token codes
+  s_g  = fp16(amax_g(v) / M),  M = 2^(b-1) - 1  (7 or 127)
+  code = clip(round_half_even(v / s_g), -M, M) + 2^(b-1);  v_hat = (code - 2^(b-1)) * s_g
+  x_hat = v_hat (plain) or v_hat * w + c (relative)
+A relative row stores its first scale negated (the sign bit is the flag; -0.0 for a zero scale).
+The encoder makes a row relative when a full group precedes the tail and that gives the row a
+smaller largest error; a tail with no full group before it is plain. So a prefix whose length is
+not a multiple of G keeps its last n % G tokens at per-token precision, measured against the
+previous group's ranges (they become a per-channel group when a V.STOREBATCH re-sends them with
+the rows that fill the group). Needs D % 32 == 0 and D % (G/2) == 0 (kivi?g128: D % 64 == 0).
 
 Error bounds per element: full group |x - x_hat| <= scale_c/2 + |min_c - bias_c|
-+ L*|(max_c - min_c)/L - scale_c|; tail |x - x_hat| <= s_g/2 + M*|amax_g/M - s_g|.
++ L*|(max_c - min_c)/L - scale_c|; plain tail |x - x_hat| <= s_g/2 + M*|amax_g/M - s_g|;
+relative tail w_c times that bound (of v) plus float32 rounding.
 NaN/Inf input is refused, as are parameters beyond fp16's range.
 
 Worked example, kivi4g32, D = 32, 32 rows x[t, c] = t/8 + (c == 0) * 100 (channel 0 is an
@@ -45,6 +54,10 @@ outlier channel: 100 .. 103.875; the others 0 .. 3.875):
    row 16 params = 40 56 00 00 -- bias of channel 0 = 100, of channel 1 = 0)
   decoded x_hat[5, 0] = 2 * 0.258301 + 100 = 100.5166, x_hat[5, 1] = 0.5166.
   (int8 per row would give the 31 small channels a step of 100.625/127 = 0.79; here 0.26 at 4 bits.)
+  A 33rd row [104, 4, 4, ...] is a relative tail row: c_0 = 100 + 0.258301 * 7.5 = 101.937256,
+  w_0 = 1.937256, channels 1..31 c = w = 1.937256; v = 1.064773 everywhere, s = fp16(v/7) = 0.1521
+  (0x30de), codes 7 -> 15: bytes ff ... ff (16) | de b0 de 30 (first scale negated = the flag);
+  x_hat[32, 0] = 7 * 0.1521 * 1.937256 + 101.937256 = 103.99985.
 """
 
 from __future__ import annotations
