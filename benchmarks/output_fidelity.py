@@ -55,16 +55,19 @@ from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user, star
 BOUNDARY_FORMATS = ["fp8", "turbo4", "mlx4g32"]
 # (K format, V format, layers kept fp16 at each end): the KIVI pair (K per channel, V per token)
 # at each token group, and the pairings that fit the byte targets (<= 40%, <= 52%).
-MIXES = [
-    ("kivi4g32", "mlx4g32", 0),
-    ("kivi4g64", "mlx4g32", 0),
-    ("kivi4g128", "mlx4g32", 0),
-    ("kivi4g32", "mlx4g32", 1),
-    ("kivi4g32", "int8h64", 0),
-    ("kivi4g64", "int8h64", 0),
-    ("kivi4g128", "int8h64", 0),
-    ("kivi8g128", "int8h64", 0),
-    ("kivi8g64", "int8", 0),
+MIXES: list[tuple[str, str, int, str, str]] = [  # K, V, edge layers, edge K, edge V
+    ("kivi4g32", "mlx4g32", 0, "fp16", "fp16"),
+    ("kivi4g64", "mlx4g32", 0, "fp16", "fp16"),
+    ("kivi4g128", "mlx4g32", 0, "fp16", "fp16"),
+    ("kivi4g32", "mlx4g32", 1, "fp16", "fp16"),
+    ("kivi4g32", "int8h64", 0, "fp16", "fp16"),
+    ("kivi4g64", "int8h64", 0, "fp16", "fp16"),
+    ("kivi4g128", "int8h64", 0, "fp16", "fp16"),
+    ("kivi8g128", "int8h64", 0, "fp16", "fp16"),
+    ("kivi8g64", "int8", 0, "fp16", "fp16"),
+    ("kivi8g128", "turbo4", 0, "fp16", "fp16"),
+    ("kivi8g128", "mlx4g32", 0, "fp16", "fp16"),
+    ("kivi4g64", "mlx4g32", 7, "kivi8g128", "int8h64"),  # 8-bit on 7+7 edge layers, 4-bit between
 ]
 
 
@@ -127,9 +130,10 @@ def configurations(shape: KvShape) -> tuple[list[tuple[str, LayerFormats]], list
         out.append((fmt, LayerFormats.uniform(fmt, n)))
     for fmt in BOUNDARY_FORMATS:
         out.append((f"K fp16 + V {fmt}, boundary_protect=2", LayerFormats.boundary_protected(fmt, n, 2)))
-    for k_fmt, v_fmt, protect in MIXES:
-        label = f"K {k_fmt} + V {v_fmt}" + (f", fp16 on {protect}+{protect} edge layers" if protect else "")
-        out.append((label, LayerFormats.mixed(k_fmt, v_fmt, n, protect)))
+    for k_fmt, v_fmt, protect, edge_k, edge_v in MIXES:
+        edges = "fp16" if (edge_k, edge_v) == ("fp16", "fp16") else f"K {edge_k} + V {edge_v}"
+        label = f"K {k_fmt} + V {v_fmt}" + (f", {edges} on {protect}+{protect} edge layers" if protect else "")
+        out.append((label, LayerFormats.mixed(k_fmt, v_fmt, n, protect, edge_k, edge_v)))
     return out, skipped
 
 

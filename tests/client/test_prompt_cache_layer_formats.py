@@ -61,3 +61,9 @@ def test_the_kivi_pair_restores_exactly_the_decoded_rows_and_keeps_the_next_toke
     reference = torch.log_softmax(forward_logits(model, suffix, prefill(model, prefix))[0], dim=-1)
     restored = torch.log_softmax(forward_logits(model, suffix, warm)[0], dim=-1)
     assert int(torch.argmax(restored)) == int(torch.argmax(reference))
+
+
+def test_mixed_formats_can_put_other_formats_than_fp16_on_the_edge_layers() -> None:
+    formats = LayerFormats.mixed("kivi4g64", "mlx4g32", 4, 1, "kivi8g128", "int8h64")
+    assert formats.k == ("kivi8g128", "kivi4g64", "kivi4g64", "kivi8g128")
+    assert formats.v == ("int8h64", "mlx4g32", "mlx4g32", "int8h64")
