@@ -8,7 +8,7 @@ server does on V.STOREBATCH / V.FETCH. MB/s counts fp32 input bytes
 (encode) and ``astype(np.float32)`` (decode) on the same arrays in the same
 process; target: every decode >= 1/4 of the fp16 -> fp32 speed.
 
-Usage: .venv/bin/python benchmarks/codec_speed.py [--repeats 7]
+Usage: .venv/bin/python benchmarks/codec_speed.py [--repeats 7] [--formats fp16 kivi4g32 ...]
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from pion.codecs import codec_names, get_codec
 
 N_LAYERS, N_TOKENS, KV_DIM = 30, 2048, 192
 LayerCall = Callable[[int], object]
-FORMATS = ["fp32", "fp16", "fp8", "int8", "turbo4", "turbo3", "turbo2", "mlx4g32"]
+FORMATS = ["fp32", "fp16", "fp8", "int8", "turbo4", "turbo3", "turbo2", "mlx4g32",
+           # issue 20 (the *h128 formats need kv_dim % 128 == 0, so not at SmolLM2's 192)
+           "int8h64", "fp8h64", "kivi4g32", "kivi4g64", "kivi4g128", "kivi8g32", "kivi8g64", "kivi8g128"]
 
 
-def measure(repeats: int) -> list[tuple[str, float, float]]:
+def measure(repeats: int, formats: list[str]) -> list[tuple[str, float, float]]:
     """(name, encode MB/s, decode MB/s) for the baseline and every format.
 
     Every layer call is timed on its own; rounds are interleaved (baseline, then
@@ -41,7 +43,7 @@ def measure(repeats: int) -> list[tuple[str, float, float]]:
     jobs: dict[str, tuple[LayerCall, LayerCall]] = {
         "astype baseline": (lambda i: layers[i].astype(np.float16), lambda i: halves[i].astype(np.float32)),
     }
-    for name in FORMATS:
+    for name in formats:
         codec = get_codec(name)
         blobs = [codec.encode(layer) for layer in layers]
         jobs[name] = (lambda i, c=codec: c.encode(layers[i]),
@@ -60,11 +62,12 @@ def measure(repeats: int) -> list[tuple[str, float, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--formats", nargs="+", default=FORMATS, help="formats to time (the baseline always runs)")
     args = parser.parse_args()
-    missing = set(FORMATS) - set(codec_names())
+    missing = set(args.formats) - set(codec_names())
     if missing:
         raise SystemExit(f"formats not registered: {sorted(missing)}")
-    results = measure(args.repeats)
+    results = measure(args.repeats, args.formats)
     base_dec = results[0][2]
     print(f"{N_LAYERS} layers x [{N_TOKENS}, {KV_DIM}] fp32, sum of per-layer best of {args.repeats} rounds")
     print("| format | encode MB/s | decode MB/s | decode vs fp16->fp32 |")

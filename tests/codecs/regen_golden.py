@@ -16,11 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pion.codecs import codec_names, get_codec
+from pion.codecs import get_codec
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 INPUT_NAME = "codec_input_4x64.f32"
 KV_DIM = 64
+# The spec's formats; the issue-20 formats have their own vectors (regen_golden_grouped.py).
+SPEC_FORMATS = ["fp32", "fp16", "int8", "fp8", "turbo4", "turbo3", "turbo2", "mlx4g32"]
 
 
 def golden_input() -> np.ndarray:
@@ -37,7 +39,7 @@ def main() -> None:
     GOLDEN_DIR.mkdir(exist_ok=True)
     rows = golden_input()
     (GOLDEN_DIR / INPUT_NAME).write_bytes(rows.tobytes())
-    for name in codec_names():
+    for name in SPEC_FORMATS:
         codec = get_codec(name)
         blob = codec.encode(rows)
         (GOLDEN_DIR / f"{name}.bin").write_bytes(blob)

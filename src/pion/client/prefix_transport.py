@@ -86,6 +86,21 @@ class LayerFormats:
         v = tuple("fp16" if i < n_protected or i >= n_layers - n_protected else fmt for i in range(n_layers))
         return cls(("fp16",) * n_layers, v, schema=True)
 
+    @classmethod
+    def mixed(cls, k_fmt: str, v_fmt: str, n_layers: int, n_protected: int = 0, edge_k: str = "fp16",
+              edge_v: str = "fp16") -> LayerFormats:
+        """K in ``k_fmt`` and V in ``v_fmt`` (e.g. the KIVI pair kivi4g64 / mlx4g32), with the first and
+        last ``n_protected`` layers in ``edge_k`` / ``edge_v`` (fp16 unless given: the boundary layers
+        are the most sensitive). Registered with SCHEMA unless one format covers everything.
+        """
+        if n_protected < 0:
+            raise ValueError(f"n_protected must be >= 0, got {n_protected}")
+
+        def side(fmt: str, edge: str) -> tuple[str, ...]:
+            return tuple(edge if i < n_protected or i >= n_layers - n_protected else fmt for i in range(n_layers))
+        k, v = side(k_fmt, edge_k), side(v_fmt, edge_v)
+        return cls(k, v, schema=not (k == v and len(set(k)) == 1))
+
     def of(self, side: Side) -> tuple[str, ...]:
         return self.k if side == "k" else self.v
 

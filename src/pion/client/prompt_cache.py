@@ -86,13 +86,15 @@ class PionPromptCache:
             ``get_or_prefill`` then returns a stage-2 cache (``pion.client.stage2``) instead of
             restoring K/V. ``stage2_lane``: ``"auto"`` (in-process → binary → RESP), ``"binary"``,
             ``"resp"``.
+        layer_formats: an explicit format per layer and side (``LayerFormats.mixed``, e.g. the KIVI
+            pair: K ``kivi4g64``, V ``mlx4g32``); replaces ``vquant``/``boundary_protect``.
     """
 
     def __init__(self, model: Any, vquant: str = "fp16", boundary_protect: int = 0, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, password: str | None = None, client: PionClient | None = None, *,
                  tokenizer: Any | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  restore_dtype: RestoreDtype = "auto", materialize: bool = False, stage2: bool = False,
-                 stage2_lane: str = "auto") -> None:
+                 stage2_lane: str = "auto", layer_formats: LayerFormats | None = None) -> None:
         self.model = model
         self.vquant = vquant
         self.boundary_protect = int(boundary_protect)
@@ -103,7 +105,9 @@ class PionPromptCache:
         self.block_size = block_size
         self.restore_dtype = restore_dtype
         self.materialize = materialize
-        self.formats = LayerFormats.boundary_protected(vquant, self.shape.n_layers, self.boundary_protect)
+        self.formats = layer_formats or LayerFormats.boundary_protected(vquant, self.shape.n_layers,
+                                                                        self.boundary_protect)
+        self._explicit_formats = layer_formats is not None
         self.k_formats, self.v_formats = list(self.formats.k), list(self.formats.v)
         for fmt in {*self.k_formats, *self.v_formats}:
             get_codec(fmt).check_dim(self.shape.kv_dim)  # unknown format / bad kv_dim: fail now, loudly
@@ -133,6 +137,8 @@ class PionPromptCache:
     @property
     def format_descriptor(self) -> str:
         """The storage format as it affects restored values (vquant plus boundary protection)."""
+        if self._explicit_formats:
+            return f"k={','.join(self.formats.k)}/v={','.join(self.formats.v)}"
         return f"{self.vquant}/bp{self.boundary_protect}"
 
     def namespace_for(self, prefix_ids: Sequence[int], *extra: object) -> Namespace:

@@ -114,3 +114,21 @@ def blob_rows(data: bytes | memoryview, kv_dim: int, row_bytes: int) -> np.ndarr
 def as_out_dtype(values: np.ndarray, out_dtype: npt.DTypeLike) -> np.ndarray:
     """Decoded float32 values in the caller's dtype (no copy when already float32)."""
     return values.astype(out_dtype, copy=False)
+
+
+def require_multiple(kv_dim: int, multiple: int, fmt: str) -> None:
+    """CodecError unless ``kv_dim`` is a positive multiple of ``multiple`` (same wording as 32-groups)."""
+    require_positive_dim(kv_dim)
+    if kv_dim % multiple:
+        raise CodecError(f"kv_dim must be a multiple of {multiple} for {fmt}")
+
+
+def token_group(codec: Codec) -> int:
+    """Rows that are encoded together (1 for the per-row formats).
+
+    A format with ``token_group`` G > 1 (the kivi K formats) shares parameters across G
+    consecutive rows counted from the layer's first row: its rows can be stored and decoded
+    only in runs that start at a multiple of G (see pion.server.store.token_groups).
+    """
+    group = getattr(codec, "token_group", 1)
+    return group if isinstance(group, int) and group > 0 else 1

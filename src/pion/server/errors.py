@@ -36,3 +36,11 @@ def wal_misconf(wal_name: str, reason: str) -> CommandError:
 def codec_error(exc: CodecError) -> CommandError:
     """A storage format refused the rows (bad dim, NaN in a quantized format, short blob)."""
     return CommandError(str(exc))
+
+
+def token_group_error(fmt: str, group: int, start_id: int, end_id: int, n_rows: int) -> CommandError:
+    """A V.STOREBATCH that would split a token group of a kivi format (issue 20)."""
+    return CommandError(f"{fmt} stores rows in groups of {group} tokens: a batch must start at a multiple of "
+                        f"{group} and end at one or at/after the layer's end ({n_rows} rows), and one that "
+                        f"rewrites the group before a partial tail must rewrite the tail too; got rows "
+                        f"{start_id}..{end_id}")

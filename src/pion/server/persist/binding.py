@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pion.codecs.base import token_group
 from pion.common.ids import K_SUFFIX, V_SUFFIX
 from pion.server.persist.records import RecordType
 from pion.server.persist.recovery import RecoveryError
@@ -109,7 +110,8 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
                                  None if blocks is None else blocks.blob(), entry.layers)
         for layer, buf in sorted(session.layers.items()):
             n_rows = buf.n_rows
-            step = max(1, SNAPSHOT_CHUNK_BYTES // buf.row_bytes)
+            group = token_group(buf.codec)  # chunks of whole token groups (kivi formats), so replay accepts them
+            step = max(group, SNAPSHOT_CHUNK_BYTES // buf.row_bytes // group * group)
             for start in range(0, n_rows, step):
                 end = min(n_rows, start + step, buf.n_rows)
                 if end <= start:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from pion.codecs import Codec, get_codec
+from pion.codecs.base import token_group
 from pion.common.errors import CodecError, CommandError
 from pion.common.ids import K_SUFFIX, V_SUFFIX, Namespace, SessionId, k_session, v_session
 from pion.server.errors import codec_error, oom_error
@@ -36,6 +37,7 @@ from pion.server.store.journal import Journal, NullJournal
 from pion.server.store.prefixes import BlockTable, PrefixEntry
 from pion.server.store.records import Evict, PrefixDrop, PrefixRegister, VCreate, VDrop, VFlush, VStoreBatch
 from pion.server.store.session import INPUT_DTYPES, SAME_ENCODING, Session, check_formats
+from pion.server.store.token_groups import check_store_range, enclosing_groups, gather_ids
 
 OUTPUT_DTYPES = {"f32": "<f4", "f16": "<f2", "raw": None}
 log = logging.getLogger("pion.server.vstore")
@@ -201,6 +203,7 @@ class VStore:
         encoded = encode_input(codec, fmt, session.kv_dim, blob, dtype)
         row_bytes = codec.row_bytes(session.kv_dim)
         end_id = start_id + len(encoded) // row_bytes
+        check_store_range(codec, fmt, start_id, end_id, n_rows)
         delta = max(0, end_id - n_rows) * row_bytes
         self._make_room(delta, 0, pair_of(sid))
         self.journal.append(VStoreBatch(sid, layer, start_id, end_id - start_id, encoded))
@@ -335,10 +338,15 @@ class VStore:
             raise CommandError(f"token id {bad[0]} outside the {n_rows} rows of layer {layer} of '{sid}'")
         fmt = session.format_of(layer)
         buf = session.layer_buffer(layer)
-        raw = buf.gather_raw(ids).data
         session.n_fetches += 1
         self.total_fetches += 1
-        return decode_output(buf.codec, fmt, session.kv_dim, raw, dtype)
+        if dtype == "raw" or not ids or token_group(buf.codec) == 1:
+            return decode_output(buf.codec, fmt, session.kv_dim, buf.gather_raw(ids).data, dtype)
+        lo, hi, positions = gather_ids(buf.codec, ids, n_rows)  # decode the groups around the ids
+        decoded = decode_output(buf.codec, fmt, session.kv_dim, buf.raw(lo, hi), dtype)
+        rows = np.frombuffer(decoded, dtype=np.uint8).reshape(hi - lo, -1)
+        picked: np.ndarray = rows[positions].reshape(-1)
+        return picked.data
 
     def lookup_prefix(self, ns: str) -> tuple[bool, int]:
         """(hit, K-side layer-0 tokens). A hit needs both sessions, and with LAYERS n registered
@@ -394,7 +402,14 @@ class VStore:
         buf = session.layers.get(layer)
         if buf is None:  # an empty layer, range 0..0
             return memoryview(b"")
-        return decode_output(buf.codec, fmt, session.kv_dim, buf.raw(start_id, end_id), dtype)
+        lo, hi = start_id, end_id
+        if dtype != "raw" and start_id < end_id:  # token-grouped formats decode whole groups
+            lo, hi = enclosing_groups(buf.codec, start_id, end_id, buf.n_rows)
+        view = decode_output(buf.codec, fmt, session.kv_dim, buf.raw(lo, hi), dtype)
+        if (lo, hi) == (start_id, end_id):
+            return view
+        row = len(view) // (hi - lo)
+        return view[(start_id - lo) * row:(end_id - lo) * row]
 
     def _make_room(self, extra_bytes: int, new_sessions: int, protect: tuple[SessionId, ...]) -> None:
         """Plan LRU victims (whole pairs, never ``protect``), then evict them; refuse if they do not suffice."""
