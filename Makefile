@@ -79,7 +79,7 @@ test-integrations: setup $(LMCACHE_VENV)/.pion-installed $(VLLM_VENV)/.pion-inst
 
 # STYLE.md: mypy on the whole package; --strict on the layers everything else stands on.
 typecheck: setup
-	$(VENV)/bin/mypy --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server src/pion/proxy src/pion/client src/pion/llm src/pion/lmcache src/pion/integrations
+	$(VENV)/bin/mypy --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server src/pion/proxy src/pion/client src/pion/llm src/pion/lmcache src/pion/integrations src/pion/mlx.py
 	$(VENV)/bin/mypy --strict --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server
 
 up: setup

@@ -65,8 +65,8 @@ def store_and_restore(server: ServerProcess, ns: str, fmt: str, cache: list[Any]
         ok = fmt == "mlx4g32" and mlx_kv.is_mlx4_cache(cache[layer])
         return mlx_kv.mlx4_rows(cache[layer], side, N_TOKENS) if ok else None
 
-    errors, _ = transport.store(ns, rows, encoded=encoded)
-    assert errors == []
+    outcome = transport.store(ns, rows, encoded=encoded)
+    assert (outcome.errors, outcome.deferred) == ([], False)
     k_reply, v_reply = transport.fetch(ns, N_TOKENS)
     formats = [fmt] * SHAPE.n_layers
     restored = mlx_kv.build_cache(SHAPE, N_TOKENS, formats, formats, k_reply, v_reply, dtype)
