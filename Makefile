@@ -10,7 +10,7 @@ CORE_VENV := .venv-core
 CORE_STAMP := $(CORE_VENV)/.pion-core-installed
 CORE_TEST_TOOLS := pytest>=8 pytest-timeout>=2.3 hypothesis>=6.100
 
-.PHONY: setup test test-fast test-core test-integrations typecheck up clean
+.PHONY: setup test test-fast test-core test-integrations test-mlx typecheck up clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,13 @@ test: setup
 # Everything but the tests that load SmolLM2 or MiniLM, spread over every core.
 test-fast: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -m "not slow" -n auto
+
+# SmolLM2 on the MLX runtime (opt-in off Apple silicon: MLX's Linux CPU backend is ~50x slower than
+# torch here, docs/runtime.md); the model-free MLX tests run in `make test`.
+test-mlx: setup
+	PION_TEST_MLX=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest tests/client/test_mlx_kv.py \
+		tests/client/test_mlx_runtime.py tests/client/test_mlx_cross_runtime.py tests/client/test_mlx_stage2.py \
+		tests/client/test_mlx_retrieval_cache.py tests/llm/test_llm_mlx.py
 
 # The core install (pip install pion, no extras) passes the tests marked `core` (tests/conftest.py).
 $(CORE_STAMP): pyproject.toml Makefile
@@ -72,7 +79,7 @@ test-integrations: setup $(LMCACHE_VENV)/.pion-installed $(VLLM_VENV)/.pion-inst
 
 # STYLE.md: mypy on the whole package; --strict on the layers everything else stands on.
 typecheck: setup
-	$(VENV)/bin/mypy --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server src/pion/proxy src/pion/client src/pion/llm src/pion/lmcache src/pion/integrations
+	$(VENV)/bin/mypy --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server src/pion/proxy src/pion/client src/pion/llm src/pion/lmcache src/pion/integrations src/pion/mlx.py
 	$(VENV)/bin/mypy --strict --ignore-missing-imports src/pion/common src/pion/codecs src/pion/server
 
 up: setup

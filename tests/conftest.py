@@ -18,7 +18,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 # Fixtures that load SmolLM2 in this process; a test using one (directly or through another
 # fixture) is slow. Tests that start pion-llm or make the server load MiniLM carry an explicit
 # @pytest.mark.slow / module ``pytestmark`` instead.
-MODEL_FIXTURES = frozenset({"smollm"})
+MODEL_FIXTURES = frozenset({"smollm", "smollm_mlx"})
 # Module fixtures that load MiniLM, here or in the shared pion-server their proxy waits for: slow too.
 EMBEDDER_FIXTURES = frozenset({"minilm", "distilled", "rag_proxy", "routed"})
 # Packages whose tests need only the core dependencies (numpy/hiredis/uvloop/redis/ml_dtypes/

@@ -16,7 +16,7 @@ _LAZY_EXPORTS = {
     "PionClient": "pion.client.connection",
     "PionPromptCache": "pion.client.prompt_cache",
     "HybridRetrievalCache": "pion.client.retrieval_cache",
-    "load_model": "pion.client.runtimes.transformers_runtime",
+    "load_model": "pion.client.runtimes.loading",  # runtime="transformers" (default) or "mlx"
     "generate": "pion.client.runtimes.transformers_runtime",
     "stream_generate": "pion.client.runtimes.transformers_runtime",
     "install_pion_attention_patch": "pion.client.stage2",

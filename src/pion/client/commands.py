@@ -31,7 +31,7 @@ from pion.client.block_hashes import BlockTable, pack_hashes, unpack_bitmap, unp
 from pion.common.ids import Namespace, SessionId
 
 T = TypeVar("T")
-StoreDtype = Literal["f32", "f16"]
+StoreDtype = Literal["f32", "f16", "raw"]  # raw: rows already in the session's format
 FetchDtype = Literal["f32", "f16", "raw"]
 Blob = bytes | bytearray | memoryview
 InfoValue = int | float | str

@@ -55,6 +55,9 @@ RestoreDtype = Literal["auto", "f16", "raw"]
 Side = Literal["k", "v"]
 # (side, layer, wire torch dtype) -> contiguous [n_tokens, kv_dim] rows on the CPU
 RowSource = Callable[[Side, int, torch.dtype], np.ndarray]
+# (side, layer) -> rows already encoded in the layer's format ([n_tokens, row_bytes] uint8, sent
+# DTYPE raw), or None to send that layer through the RowSource (e.g. an MLX QuantizedKVCache)
+EncodedRowSource = Callable[[Side, int], np.ndarray | None]
 
 
 @dataclass(frozen=True)
@@ -174,13 +177,14 @@ class PrefixTransport:
 
     def queue_store(self, pipe: PionPipeline, ns: Namespace | str, rows: RowSource, *,
                     blocks: BlockTable | None = None, prefill_ms: float | None = None,
-                    admit: bool = False) -> int:
+                    admit: bool = False, encoded: EncodedRowSource | None = None) -> int:
         """Queue the register and every layer's rows in one pipeline; returns the bytes queued.
 
         For a cache fill prefer ``store`` (a deferred register would fail the rows); ``admit``
-        makes the register bypass the server's admission policy (an explicit ingest)."""
+        makes the register bypass the server's admission policy (an explicit ingest); ``encoded``
+        as in ``queue_rows``."""
         self.queue_register(pipe, ns, blocks=blocks, prefill_ms=prefill_ms, admit=admit)
-        return self.queue_rows(pipe, ns, rows)
+        return self.queue_rows(pipe, ns, rows, encoded)
 
     def queue_register(self, pipe: PionPipeline, ns: Namespace | str, *, blocks: BlockTable | None = None,
                        prefill_ms: float | None = None, admit: bool = False) -> None:
@@ -193,22 +197,29 @@ class PrefixTransport:
             pipe.kv_prefix_register(ns, shape.kv_dim, formats.k[0], blocks=blocks, layers=shape.n_layers,
                                     prefill_ms=prefill_ms, admit=admit)
 
-    def queue_rows(self, pipe: PionPipeline, ns: Namespace | str, rows: RowSource) -> int:
-        """Queue one V.STOREBATCH per layer and side of a registered prefix; returns the bytes queued."""
+    def queue_rows(self, pipe: PionPipeline, ns: Namespace | str, rows: RowSource,
+                   encoded: EncodedRowSource | None = None) -> int:
+        """Queue one V.STOREBATCH per layer and side of a registered prefix; returns the bytes queued.
+
+        ``encoded`` lets a caller that already holds a layer in its storage format send those bytes
+        as they are (``DTYPE raw``: no decode and re-encode, so they are stored byte for byte).
+        """
         formats = self.formats
         nbytes = 0
         sides: tuple[tuple[Side, str], ...] = (("k", k_session(ns)), ("v", v_session(ns)))
         for side, sid in sides:
             for layer, fmt in enumerate(formats.of(side)):
-                wire = store_wire_dtype(fmt)
-                layer_rows = rows(side, layer, torch.float32 if wire == "f32" else torch.float16)
+                ready = encoded(side, layer) if encoded is not None else None
+                wire: StoreDtype = store_wire_dtype(fmt) if ready is None else "raw"
+                layer_rows = (ready if ready is not None
+                              else rows(side, layer, torch.float32 if wire == "f32" else torch.float16))
                 nbytes += layer_rows.nbytes
                 blob = memoryview(layer_rows).cast("B")  # type: ignore[arg-type]  # ndarray is a buffer
                 pipe.v_storebatch(sid, layer, 0, blob, dtype=wire)
         return nbytes
 
     def store(self, ns: Namespace | str, rows: RowSource, *, blocks: BlockTable | None = None,
-              prefill_ms: float | None = None) -> StoreOutcome:
+              prefill_ms: float | None = None, encoded: EncodedRowSource | None = None) -> StoreOutcome:
         """Register one prefix, then store its rows if the server admitted it (two round trips).
 
         A connection failure raises (redis.RedisError); a refused command comes back in
@@ -226,7 +237,7 @@ class PrefixTransport:
         if admitted is False:
             return StoreOutcome([], 0, deferred=True)
         pipe = self.client.pipeline()  # the worker that admitted the name holds its sessions
-        nbytes = self.queue_rows(pipe, ns, rows)
+        nbytes = self.queue_rows(pipe, ns, rows, encoded)
         replies = pipe.execute(raise_on_error=False)
         return StoreOutcome([r for r in replies if isinstance(r, Exception)], nbytes)
 

@@ -38,7 +38,9 @@ from pion.client.block_hashes import DEFAULT_BLOCK_SIZE, block_table
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
 from pion.client.hybrid_prefix import hybrid_transport_for
 from pion.client.namespaces import make_namespace, model_fingerprint, prefix_namespace
-from pion.client.prefix_transport import LayerFormats, PrefixTransport, RestoreDtype
+from pion.client.prefix_transport import (
+    EncodedRowSource, LayerFormats, PrefixTransport, RestoreDtype, RowSource, Side,
+)
 from pion.client.runtimes.transformers_kv import KvShape, layer_rows
 from pion.client.runtimes.transformers_runtime import model_device, prefill
 from pion.codecs import get_codec
@@ -98,10 +100,9 @@ class PionPromptCache:
         self.model = model
         self.vquant = vquant
         self.boundary_protect = int(boundary_protect)
-        self.hybrid = hybrid_transport_for(model)  # recurrent layers present: pion.client.hybrid_prefix
+        self.hybrid, self.shape, self._fingerprint = self._describe_model(model, tokenizer)
         if self.hybrid is not None and self.boundary_protect:
             raise ValueError("boundary_protect is not supported for hybrid/recurrent models")
-        self.shape = self.hybrid.kv_shape if self.hybrid is not None else KvShape.from_config(model.config)
         self.block_size = block_size
         self.restore_dtype = restore_dtype
         self.materialize = materialize
@@ -111,7 +112,6 @@ class PionPromptCache:
         self.k_formats, self.v_formats = list(self.formats.k), list(self.formats.v)
         for fmt in {*self.k_formats, *self.v_formats}:
             get_codec(fmt).check_dim(self.shape.kv_dim)  # unknown format / bad kv_dim: fail now, loudly
-        self._fingerprint = model_fingerprint(model, tokenizer)
         self._stats = PromptCacheStats()
         self._owns_client = client is None
         self.client: PionClient | None = client or PionClient(host, port, password)
@@ -125,7 +125,26 @@ class PionPromptCache:
             self.client = None
         self._transport = (PrefixTransport(self.client, self.shape, self.formats, restore_dtype)
                            if self.client is not None else None)
-        self.stage2 = _make_stage2(self, stage2_lane) if stage2 else None
+        self.stage2 = self._make_stage2(stage2_lane) if stage2 else None
+
+    # ---- what a runtime provides (pion.client.mlx_prompt_cache overrides these for mlx-lm) ----
+
+    def _describe_model(self, model: Any, tokenizer: Any | None) -> tuple[Any, KvShape, tuple[str, ...]]:
+        """(recurrent-layer transport or None, K/V geometry, namespace fingerprint); called once by __init__."""
+        hybrid = hybrid_transport_for(model)  # recurrent layers present: pion.client.hybrid_prefix
+        shape = hybrid.kv_shape if hybrid is not None else KvShape.from_config(model.config)
+        return hybrid, shape, model_fingerprint(model, tokenizer)
+
+    def _make_stage2(self, lane: str) -> Any:
+        from pion.client.stage2.support import Stage2Support  # transformers hooks load only for stage 2
+
+        return Stage2Support(self, lane)
+
+    def _row_sources(self, cache: Any, n_tokens: int) -> tuple[RowSource, EncodedRowSource | None]:
+        """Where ``_store`` reads a prefilled cache's rows: float rows, and already-encoded ones (or None)."""
+        def rows(side: Side, layer: int, dtype: torch.dtype) -> np.ndarray:
+            return layer_rows(cache, layer, side, n_tokens, dtype)
+        return rows, None
 
     # ---- namespaces -------------------------------------------------------------------------
 
@@ -241,12 +260,10 @@ class PionPromptCache:
         t0 = time.perf_counter()
         n = len(ids)
 
-        def rows(side: str, layer: int, dtype: torch.dtype) -> np.ndarray:
-            return layer_rows(cache, layer, side, n, dtype)
-
+        rows, encoded = self._row_sources(cache, n)
         try:
             errors, nbytes, deferred = self._transport.store(ns, rows, blocks=block_table(ids, self.block_size),
-                                                             prefill_ms=prefill_ms)
+                                                             prefill_ms=prefill_ms, encoded=encoded)
         except redis.RedisError as exc:
             errors, nbytes, deferred = [exc], 0, False
         if deferred:  # +DEFERRED: the server admits this prefix on its next sighting; keep it local
@@ -317,9 +334,3 @@ class PionPromptCache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _make_stage2(pc: PionPromptCache, lane: str) -> Any:
-    from pion.client.stage2.support import Stage2Support  # transformers hooks load only for stage 2
-
-    return Stage2Support(pc, lane)

@@ -32,6 +32,7 @@ Tokens, not strings: encode each chunk and the suffix separately and concatenate
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -74,6 +75,15 @@ class HybridRetrievalCache:
         ValueError: the model has recurrent layers (a state cannot be split per chunk).
     """
 
+    def __new__(cls, model: Any, *args: Any, **kwargs: Any) -> Any:
+        """An mlx-lm model gets the MLX version (``pion.client.mlx_retrieval_cache``), same API."""
+        mlx_nn = sys.modules.get("mlx.nn")  # an mlx model exists only once mlx is imported
+        if cls is HybridRetrievalCache and mlx_nn is not None and isinstance(model, mlx_nn.Module):
+            from pion.client.mlx_retrieval_cache import MlxHybridRetrievalCache
+
+            cls = MlxHybridRetrievalCache  # a subclass: Python then runs its __init__ with these arguments
+        return super().__new__(cls)
+
     def __init__(self, model: Any, backend: Backend = "inproc", vquant: str = "fp16",
                  client: PionClient | None = None, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  password: str | None = None, recompute_ratio: float = 0.0, recompute_layer: int = 1) -> None:
@@ -82,16 +92,11 @@ class HybridRetrievalCache:
         self.model = model
         self.backend = backend
         self.vquant = vquant
-        self.shape = KvShape.from_config(model.config)
+        self.shape, self._fingerprint = self._describe_model(model)
         if not 0 <= recompute_layer < self.shape.n_layers:
             raise ValueError(f"recompute_layer must be in 0..{self.shape.n_layers - 1}, got {recompute_layer}")
         self.recompute_ratio = recompute_ratio
         self.recompute_layer = recompute_layer
-        if hybrid_transport_for(model) is not None:
-            raise ValueError("the model has recurrent (SSM / linear-attention) layers, whose state cannot be "
-                             "split into chunks or moved to new positions; use PionPromptCache for its prefixes")
-        self.rotator = KeyRotator(model)
-        self._fingerprint = model_fingerprint(model, None)
         self._owns_client = False
         self.client: PionClient | None = None
         self.store: ChunkStore
@@ -107,6 +112,17 @@ class HybridRetrievalCache:
         self._stub: ChunkKv | None = None
         self._stub_hash = "none"
         self.last_prepare_ms: dict[str, float] = {}
+
+    def _describe_model(self, model: Any) -> tuple[KvShape, tuple[str, ...]]:
+        """Check the model can be served, set up key re-rotation; (K/V geometry, key fingerprint).
+
+        Called once by __init__; ``pion.client.mlx_retrieval_cache`` overrides it for mlx-lm.
+        """
+        if hybrid_transport_for(model) is not None:
+            raise ValueError("the model has recurrent (SSM / linear-attention) layers, whose state cannot be "
+                             "split into chunks or moved to new positions; use PionPromptCache for its prefixes")
+        self.rotator = KeyRotator(model)
+        return KvShape.from_config(model.config), model_fingerprint(model, None)
 
     # ---- keys -------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ class LlmConfig:
     max_queue: int = 16
     threads: int | None = None  # None: half the usable CPUs (pion.llm.main.torch_threads); 0: torch's default
     device: str | None = None
+    runtime: str = "transformers"  # or "mlx" (the [mlx] extra; pion.llm.mlx_ops)
     default_temperature: float | None = None  # None: the model's own default (see pion.llm.defaults)
     default_top_p: float | None = None
     log_level: str = "info"
@@ -113,6 +114,8 @@ OPTIONS: list[Option] = [
     _opt(("--default-top-p",), "default_top_p", _in_range(0.0, 1.0, low_open=True),
          "top_p for requests that omit it (same fallbacks; 0.9 for SmolLM2)"),
     _opt(("--device",), "device", parse_optional_text, "cpu or cuda (default: cuda if present)"),
+    _opt(("--runtime",), "runtime", parse_choice("transformers", "mlx"),
+         "transformers (default) or mlx (mlx-lm: Metal on Apple silicon, CPU elsewhere; the [mlx] extra)"),
     _opt(("--log-level",), "log_level", parse_choice("debug", "info", "warning", "error"),
          "debug | info (default) | warning | error"),
 ]
@@ -129,4 +132,6 @@ def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None
     config = LlmConfig(**load_options("pion-llm", DESCRIPTION, OPTIONS, argv, env))
     if config.stage2 and (config.no_pion or config.no_prefix_cache):
         raise ConfigError("--stage2: needs pion-server, so not with --no-pion or --no-prefix-cache")
+    if config.runtime == "mlx" and (config.stage2 or config.device is not None):
+        raise ConfigError("--runtime mlx: takes neither --stage2 nor --device (MLX picks Metal or the CPU)")
     return config

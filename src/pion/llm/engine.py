@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,25 @@ from pion.llm.stage2 import RemoteChain, Stage2Restore
 from pion.llm.stores import SegmentStore
 
 logger = logging.getLogger("pion.llm")
+
+
+@dataclass(frozen=True)
+class RuntimeOps:
+    """What the engine needs from a model runtime: transformers (``TRANSFORMERS_OPS``, the default)
+    or MLX (``pion.llm.mlx_ops.MLX_OPS``, ``pion-llm --runtime mlx``)."""
+
+    shape: Callable[[Any], ModelShape]
+    context_tokens: Callable[[Any], int]
+    cache_from_segments: Callable[[Any, Sequence[SegmentKV]], Any]
+    segment_from_cache: Callable[[Any, int, int], SegmentKV]
+    generate_steps: Callable[..., Iterator[GenerationStep]]
+
+
+TRANSFORMERS_OPS = RuntimeOps(
+    shape=ModelShape.of,
+    context_tokens=lambda model: int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30),
+    cache_from_segments=cache_from_segments, segment_from_cache=segment_from_cache,
+    generate_steps=generate_steps)
 
 
 @dataclass(frozen=True)
@@ -71,10 +90,10 @@ class Generation:
         self._new_rows: list[tuple[ChainLink, SegmentKV]] = []
         self._restored = remote.n_links if remote is not None else len(restored)
         cache = (make_remote_cache(engine.model.config, remote.n_tokens, remote.lane) if remote is not None
-                 else cache_from_segments(engine.model, restored))
+                 else engine.ops.cache_from_segments(engine.model, restored))
         self._cache = cache
         self.restore_ms = (time.perf_counter() - started) * 1000.0  # fetch + decode + cache build
-        self._steps: Generator[GenerationStep, None, None] = generate_steps(  # type: ignore[assignment]
+        self._steps: Generator[GenerationStep, None, None] = engine.ops.generate_steps(  # type: ignore[assignment]
             engine.model, engine.tokenizer, plan.ids[self.cached_tokens:], prompt_cache=cache,
             max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
             stop=list(params.stop) or None, seed=params.seed)
@@ -106,7 +125,7 @@ class Generation:
         uncached = self.plan.n_tokens - self.cached_tokens
         for link in new_links:
             start = link.start - self._local_offset
-            rows = segment_from_cache(cache, start, start + link.n_tokens)
+            rows = self.engine.ops.segment_from_cache(cache, start, start + link.n_tokens)
             rows.prefill_ms = prefill_ms * link.n_tokens / max(1, uncached)
             self._new_rows.append((link, rows))
 
@@ -127,15 +146,17 @@ class Engine:
 
     def __init__(self, model: Any, tokenizer: Any, model_name: str, store: SegmentStore | None,
                  vquant: str = "fp16", budget_bytes: int | None = None,
-                 generation_defaults: GenerationDefaults | None = None, stage2: Stage2Restore | None = None) -> None:
+                 generation_defaults: GenerationDefaults | None = None, stage2: Stage2Restore | None = None,
+                 ops: RuntimeOps = TRANSFORMERS_OPS) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.store = store
-        self.shape = ModelShape.of(model)
+        self.ops = ops
+        self.shape = ops.shape(model)
         self.root = root_namespace(self.shape, vquant)
         self.budget = LruLeafBudget(budget_bytes)
-        self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        self.context_tokens = ops.context_tokens(model)
         self.prefill_ms_by_ns: dict[str, float] = {}
         # What a request that omits temperature / top_p gets (pion.llm.defaults).
         self.generation_defaults = generation_defaults or GenerationDefaults()

@@ -19,7 +19,7 @@ from pion.common.options import exit_on_config_error, exit_on_missing_extra
 from pion.llm.config import LlmConfig, load_config
 
 if TYPE_CHECKING:  # torch and friends (the [llm] extra) load only once the config is good
-    from pion.llm.engine import Engine
+    from pion.llm.engine import Engine, RuntimeOps
 
 logger = logging.getLogger("pion.llm")
 
@@ -57,15 +57,23 @@ def make_engine(config: LlmConfig) -> Engine:
         torch.set_num_threads(threads)
     logger.info("torch CPU threads: %d%s", torch.get_num_threads(),
                 " (--threads to change)" if config.threads is None else "")
-    logger.info("loading model %s", config.model)
-    model, tokenizer = load_model(config.model, device=config.device)
+    logger.info("loading model %s (%s runtime)", config.model, config.runtime)
+    ops = _runtime_ops(config.runtime)
+    if config.runtime == "mlx":
+        from pion.client.runtimes.mlx_runtime import load_model as load_mlx
+
+        model, tokenizer = load_mlx(config.model)
+        value_bytes = 4  # SegmentKV rows copied out of an fp32 mlx-lm cache
+    else:
+        model, tokenizer = load_model(config.model, device=config.device)
+        value_bytes = next(model.parameters()).element_size()
     store: SegmentStore | None = None
-    if not _segments_supported(model):
+    if config.runtime != "mlx" and not _segments_supported(model):
         pass
     elif config.cache_mode == "memory":
-        store = MemorySegmentStore(next(model.parameters()).element_size())
+        store = MemorySegmentStore(value_bytes)
     elif config.cache_mode == "pion-server":
-        store = PionSegmentStore(ModelShape.of(model), config.vquant, config.pion_host, config.pion_port,
+        store = PionSegmentStore(ops.shape(model), config.vquant, config.pion_host, config.pion_port,
                                  config.pion_password)
     defaults = resolve_generation_defaults(getattr(model, "pion_model_id", config.model),
                                            generation_config_values(model), config.default_temperature,
@@ -80,7 +88,18 @@ def make_engine(config: LlmConfig) -> Engine:
 
         stage2 = Stage2Restore(store.redis_client, ModelShape.of(model))
     return Engine(model, tokenizer, config.model, store, config.vquant, budget if store is not None else None,
-                  generation_defaults=defaults, stage2=stage2)
+                  generation_defaults=defaults, stage2=stage2, ops=ops)
+
+
+def _runtime_ops(runtime: str) -> RuntimeOps:
+    """The engine's operations for ``runtime`` (the MLX ones import mlx, only when chosen)."""
+    if runtime == "mlx":
+        from pion.llm.mlx_ops import MLX_OPS
+
+        return MLX_OPS
+    from pion.llm.engine import TRANSFORMERS_OPS
+
+    return TRANSFORMERS_OPS
 
 
 def _segments_supported(model: Any) -> bool:

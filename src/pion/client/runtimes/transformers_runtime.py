@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from pion.client.runtimes.model_files import DEFAULT_MODEL, resolve_model
+from pion.client.runtimes.text_steps import TextEmitter
 
 Prompt = str | Sequence[int] | torch.Tensor
 
@@ -165,26 +166,19 @@ def generate_steps(model: Any, tokenizer: Any, prompt: Prompt, prompt_cache: Any
     """
     start = time.perf_counter()
     ids = encode_prompt(tokenizer, prompt)
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    text = TextEmitter(tokenizer, stop)
     generator = torch.Generator(device=model_device(model)).manual_seed(seed) if seed is not None else None
     eos = eos_ids(model, tokenizer)
     logits, cache = forward_logits(model, ids, prompt_cache)
-    out_ids: list[int] = []
-    emitted = ""
     for _ in range(max_tokens):
         token = _sample(logits, temperature, top_p, generator)
         if token in eos:
             return
-        out_ids.append(token)
-        text = tokenizer.decode(out_ids, skip_special_tokens=True)
-        hit = min((text.find(s) for s in stops if s and s in text), default=-1)
-        if hit >= 0:
-            if hit > len(emitted):
-                yield GenerationStep(token, text[len(emitted):hit], time.perf_counter() - start)
+        piece = text.feed(token)
+        if piece is None:
+            if text.tail:
+                yield GenerationStep(token, text.tail, time.perf_counter() - start)
             return
-        # Hold back a trailing partial UTF-8 sequence (decoded as U+FFFD) until it completes.
-        piece = "" if text.endswith("\ufffd") else text[len(emitted):]
-        emitted += piece
         yield GenerationStep(token, piece, time.perf_counter() - start)
         logits, cache = forward_logits(model, [token], cache)
 

@@ -54,7 +54,7 @@ class Stage2Support:
         self.pc = pc
         self.lane = lane
         self.counters = Stage2Counters()
-        self._inproc: OrderedDict[str, list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        self._inproc: OrderedDict[str, list[tuple[Any, Any]]] = OrderedDict()  # per layer (K, V) of a runtime
         self._binary: BinaryLaneClient | None = None
         self._binary_port = binary_port
         self._binary_tried = False
@@ -112,9 +112,7 @@ class Stage2Support:
         """ATTEND.PREFIX.STORE every layer (fp32 ``[H, N, D]``) in one pipeline; False on failure."""
         assert self.pc.client is not None
         pipe = self.pc.client.redis.pipeline(transaction=False)
-        for layer_idx, layer in enumerate(cache.layers):
-            keys = layer.keys[0, :, :n_tokens].to(device="cpu", dtype=torch.float32).contiguous().numpy()
-            values = layer.values[0, :, :n_tokens].to(device="cpu", dtype=torch.float32).contiguous().numpy()
+        for layer_idx, (keys, values) in enumerate(self._push_rows(cache, n_tokens)):
             store_layer(pipe, attend_sid(ns), layer_idx, keys, values)
         try:
             errors = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, Exception)]
@@ -136,10 +134,10 @@ class Stage2Support:
         held = self._inproc.get(ns)
         must_stay_local = force_inproc or self.pc.client is None or ns in self._not_pushed
         if held is not None and (self.inproc_enabled or must_stay_local):
-            if held[0][0].shape[1] != prefix_len:
-                raise ValueError(f"prefix {ns} holds {held[0][0].shape[1]} tokens, not {prefix_len}")
+            if self._held_tokens(held) != prefix_len:
+                raise ValueError(f"prefix {ns} holds {self._held_tokens(held)} tokens, not {prefix_len}")
             self._inproc.move_to_end(ns)
-            return InprocLane(held, self.counters)
+            return self._inproc_lane(held)
         if self.pc.client is None:
             raise ValueError(f"prefix {ns} is not held in this process and pion-server is unreachable")
         sid = attend_sid(ns)
@@ -157,7 +155,29 @@ class Stage2Support:
 
             def query(layer: int, q: Any, k: Any, v: Any) -> bytes:
                 return query_fused(resp, sid, layer, q, k, v)
-        return WireLane(sid, query, lambda: self.rehydrate(ns), self.counters)
+        return self._wire_lane(sid, query, lambda: self.rehydrate(ns))
+
+    # ---- what a runtime provides (pion.client.runtimes.mlx_stage2 overrides these for mlx-lm) ----
+
+    def _push_rows(self, cache: Any, n_tokens: int) -> list[tuple[Any, Any]]:
+        """Every layer's first ``n_tokens`` K and V as fp32 numpy ``[H, N, D]`` (ATTEND.PREFIX.STORE's input)."""
+        def fp32(t: torch.Tensor) -> Any:
+            return t[0, :, :n_tokens].to(device="cpu", dtype=torch.float32).contiguous().numpy()
+        return [(fp32(layer.keys), fp32(layer.values)) for layer in cache.layers]
+
+    def _held_arrays(self, cache: Any, n_tokens: int) -> list[tuple[Any, Any]]:
+        """What the in-process lane keeps per layer (views of the prefilled cache)."""
+        return [(layer.keys[0, :, :n_tokens], layer.values[0, :, :n_tokens]) for layer in cache.layers]
+
+    def _held_tokens(self, held: list[tuple[Any, Any]]) -> int:
+        """Tokens of a prefix kept in process (``[H, P, D]`` tensors here)."""
+        return int(held[0][0].shape[1])
+
+    def _inproc_lane(self, held: list[tuple[Any, Any]]) -> Any:
+        return InprocLane(held, self.counters)
+
+    def _wire_lane(self, sid: str, query: Any, rehydrate: Any) -> Any:
+        return WireLane(sid, query, rehydrate, self.counters)
 
     def _binary_client(self) -> BinaryLaneClient | None:
         if self._binary is None and not self._binary_tried:
@@ -174,7 +194,7 @@ class Stage2Support:
         return self._binary
 
     def _keep_inproc(self, ns: str, cache: Any, n_tokens: int) -> None:
-        self._inproc[ns] = [(layer.keys[0, :, :n_tokens], layer.values[0, :, :n_tokens]) for layer in cache.layers]
+        self._inproc[ns] = self._held_arrays(cache, n_tokens)
         self._inproc.move_to_end(ns)
         while len(self._inproc) > MAX_INPROC_PREFIXES:
             self._inproc.popitem(last=False)
