@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 
@@ -33,6 +34,7 @@ from pion.server.config import ServerConfig, load_config
 from pion.server.context import ServerState
 from pion.server.persist import RecoveryError
 from pion.server.state import build_state, close_state, open_state
+from pion.server.tls import make_server_context
 from pion.server.workers.routing import maintain
 from pion.server.workers.runtime import WorkerRuntime
 from pion.server.workers.supervisor import check_worker_count, run_workers
@@ -51,10 +53,16 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
 
     ``worker`` is set in a worker of ``-w N`` (forked by ``workers/supervisor.py``): it then
     joins the shared port's SO_REUSEPORT group, also listens on its own address, keeps the
-    directory current and calls ``on_ready`` once it accepts connections.
+    directory current and calls ``on_ready`` once it accepts connections. Every worker opens
+    the TLS listeners of ``--tls-port`` (``tls.py``; ``main`` has checked the files already).
     """
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    state = build_state(config, worker)
+    try:
+        tls = make_server_context(config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    state = build_state(config, worker, tls)
     server = state.network
     try:
         open_state(state)
@@ -75,10 +83,14 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
             own = worker.address(worker.worker_id)
             await server.listen_also(config.bind, own.port)
     except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", config.bind, config.port, exc)
+        log.error("cannot listen on %s:%d%s: %s", config.bind, config.port,
+                  f" / TLS {config.tls_port}" if tls is not None else "", exc)
         await _close_binary_lane(state)
         close_state(state)
         return 1
+    if tls is not None:
+        log.info("TLS listening on %s:%d (client certificates: %s)", config.bind, server.tls_port,
+                 config.tls_auth_clients)
     maintenance = None
     if worker is None:
         log.info("pion-server %s ready on %s:%d (pid %d, %d commands from %d families) %s",
@@ -115,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         config = load_config(argv, version=__version__)
+        make_server_context(config)  # a bad TLS option exits 2 here, before any worker starts
     except ConfigError as exc:
         return exit_on_config_error("pion-server", exc)
     configure_logging(config.loglevel)
