@@ -43,6 +43,7 @@ import itertools
 import logging
 import socket
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
@@ -223,7 +224,10 @@ class Connection(asyncio.Protocol):
             self._start_async(pending)
             return
         elapsed = _perf_counter() - started
-        self.dispatcher.last_entry.seconds += elapsed
+        entry = self.dispatcher.last_entry
+        entry.seconds += elapsed
+        if entry.hist is not None:
+            entry.hist[bisect_left(self.dispatcher.latency_bounds, elapsed)] += 1
         if elapsed > self.dispatcher.slow_s:
             self.dispatcher.log_slow(self.ctx, words, elapsed)
         if self.client.close_after_reply:
@@ -300,7 +304,10 @@ class Connection(asyncio.Protocol):
                 return
             now = _perf_counter()  # one clock read per command: also the next one's start
             elapsed = now - started
-            dispatcher.last_entry.seconds += elapsed  # INFO commandstats
+            entry = dispatcher.last_entry
+            entry.seconds += elapsed  # INFO commandstats
+            if entry.hist is not None:  # a KV command's latency histogram (--metrics-port)
+                entry.hist[bisect_left(dispatcher.latency_bounds, elapsed)] += 1
             if elapsed > slow_s:
                 dispatcher.log_slow(ctx, request, elapsed)
             started = now
