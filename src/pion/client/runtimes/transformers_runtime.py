@@ -123,9 +123,11 @@ def trim_cache(cache: Any, n_tokens: int) -> None:
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
-    if temperature <= 0.0:
+    if temperature < torch.finfo(logits.dtype).tiny:  # 0, or below what the logits' dtype can divide by
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits / temperature, dim=-1)
+    # Shift by the max first: a tiny temperature (1e-30, valid OpenAI input) then sends the others
+    # to -inf instead of the top logit to +inf (inf - inf = NaN in softmax; found by schemathesis).
+    probs = torch.softmax((logits - logits.max()) / temperature, dim=-1)
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)
         # Keep the smallest set whose mass reaches top_p (the first token always stays).
