@@ -33,8 +33,8 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from support.procs import free_port, start_server  # noqa: E402
-from support.tls_certs import make_test_pki  # noqa: E402
+from support.procs import free_port, start_server
+from support.tls_certs import make_test_pki
 
 N_LAYERS, KV_DIM = 30, 192
 

@@ -10,7 +10,8 @@ again on the same port and data directory (``--appendfsync everysec``).
 Checks (each run, printed and written as JSON):
   * errors: every error reply by class and code; only ``-OOM`` (a write that cannot fit: the
     keyspace is not evicted under the default policy) and ``-LOADING`` are allowed. A prefix evicted
-    between a client's LOOKUP/REGISTER and its next command answers ``-ERR session ... not found``:
+    between a client's LOOKUP/REGISTER and its next command answers ``-ERR session ... not found``,
+    or, when another client is already storing it again, ``-ERR range ... outside the <n> rows``:
     counted apart as ``evicted_between_commands`` (what a Redis client sees when a key is evicted
     between two commands), not as an error. Connection failures while the server is down are
     counted as ``unavailable``, not as errors.
@@ -51,7 +52,7 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from support.procs import ServerProcess, free_port, start_server  # noqa: E402
+from support.procs import ServerProcess, free_port, start_server
 
 CHUNK_MIN, CHUNK_MAX = 64 * 1024, 1024 * 1024
 N_LAYERS, N_TOKENS, KV_DIM = 4, 256, 128  # a prefix: 4 layers x K,V x 256 x 128 fp16 = 512 KiB
@@ -59,7 +60,7 @@ PREFIX_BYTES = N_LAYERS * 2 * N_TOKENS * KV_DIM * 2
 WEIGHTS = {"lmc_set": 10, "lmc_get": 25, "lmc_exists": 15, "v_store": 5, "v_fetch": 10, "kv_lookup": 15,
            "small_set": 10, "small_get": 10}
 ALLOWED_CODES = frozenset({"OOM", "LOADING"})
-_POOL = np.random.default_rng(7).integers(0, 256, CHUNK_MAX, dtype=np.uint8).tobytes()
+_POOL = np.random.default_rng(7).integers(0, 256, CHUNK_MAX + 8192, dtype=np.uint8).tobytes()  # slices start < 4096
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def error_code(exc: redis.ResponseError) -> str:
                       (redis.exceptions.ReadOnlyError, "READONLY"), (redis.exceptions.NoPermissionError, "NOPERM")):
         if isinstance(exc, cls):
             return code
-    first = str(exc).split(" ", 1)[0]
+    first = str(exc).split("caused error: ", 1)[-1].split(" ", 1)[0]
     return first if first.isalpha() and first.isupper() and len(first) > 2 else "ERR"
 
 
@@ -190,13 +191,13 @@ class Soak:
                 time.sleep(0.05)
                 continue
             except redis.ResponseError as exc:
-                text = str(exc)
-                if "not found" in text and op in ("v_store", "v_fetch"):
+                text = str(exc).split("caused error: ", 1)[-1]  # a pipeline's error names the command first
+                if op in ("v_store", "v_fetch") and ("not found" in text or "outside the" in text):
                     stats.evicted_between_commands += 1
                 else:
                     key = f"{op}:{error_code(exc)}"
                     stats.errors[key] += 1
-                    stats.samples.setdefault(key, text.split(" (", 1)[0][:120] if "pipeline" in text else text[:120])
+                    stats.samples.setdefault(key, text[:160])
                     if isinstance(exc, redis.exceptions.BusyLoadingError):
                         time.sleep(0.05)
             done = time.monotonic()

@@ -17,15 +17,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
 
-schemathesis = pytest.importorskip("schemathesis")
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from hypothesis.errors import Unsatisfiable  # noqa: E402
-from schemathesis.generation.modes import GenerationMode  # noqa: E402
+from support.llm_procs import MODEL, LlmProcess, start_llm
+from support.procs import ServerProcess
+from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_embedder
 
-from support.llm_procs import MODEL, LlmProcess, start_llm  # noqa: E402
-from support.procs import ServerProcess  # noqa: E402
-from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_embedder  # noqa: E402
+schemathesis = pytest.importorskip("schemathesis")  # a dev extra: the module skips where it is missing
+from schemathesis.generation.modes import GenerationMode  # after the skip, which it needs
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from soak import Soak, SoakConfig  # noqa: E402
+from soak import Soak, SoakConfig
 
 pytestmark = pytest.mark.slow
 
