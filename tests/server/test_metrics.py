@@ -163,6 +163,7 @@ def test_requests_that_are_not_a_scrape_get_http_errors_and_the_server_keeps_ser
     proc, port = server
     with pytest.raises(urllib.error.HTTPError) as not_found:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+    not_found.value.close()  # an HTTPError holds the response's socket
     assert not_found.value.code == 404
     assert _http(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n").split(b"\r\n")[0] == b"HTTP/1.1 405 Method Not Allowed"
     assert _http(port, b"garbage\r\n\r\n").split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
