@@ -115,3 +115,9 @@ def test_a_tiny_temperature_samples_the_top_token_instead_of_failing(temperature
     logits = torch.tensor([1.0, 30.0, -2.0, float("-inf")])
     generator = torch.Generator().manual_seed(0)
     assert [_sample(logits, temperature, top_p, generator) for top_p in (1.0, 0.5)] == [1, 1]
+
+
+@pytest.mark.parametrize("top_p", [1e-320, 1e-45, 1e-3])
+def test_a_tiny_top_p_keeps_the_top_token_instead_of_failing(top_p: float) -> None:
+    logits = torch.tensor([1.0, 30.0, -2.0, float("-inf")])
+    assert _sample(logits, 1.0, top_p, torch.Generator().manual_seed(0)) == 1

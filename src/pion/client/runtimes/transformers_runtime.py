@@ -132,6 +132,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
         sorted_p, order = torch.sort(probs, descending=True)
         # Keep the smallest set whose mass reaches top_p (the first token always stays).
         keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
+        keep[0] = True  # also when top_p is below float32's resolution (1e-320 compares as 0)
         sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
         pick = torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=generator)
         return int(order[pick])
