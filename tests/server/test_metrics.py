@@ -184,3 +184,12 @@ def test_a_metrics_port_in_use_makes_the_server_exit_1(tmp_path: Path) -> None:
                                str(tmp_path), "--metrics-port", str(taken.getsockname()[1])],
                               capture_output=True, text=True, timeout=60)
     assert (done.returncode, "metrics" in done.stderr) == (1, True), done.stderr
+
+
+def test_keyspace_evictions_are_exported_as_redis_evicted_keys_total(server: tuple[ServerProcess, int]) -> None:
+    proc, port = server
+    with proc.client() as r:
+        for i in range(80):  # 80 MiB into a 64 MiB budget under the default allkeys-lru
+            r.set(f"evict:{i}", b"e" * 1024**2)
+        evicted = r.info("stats")["evicted_keys"]
+        assert (evicted > 0, value(scrape(port), "redis_evicted_keys_total")) == (True, evicted)
