@@ -13,7 +13,8 @@ client; CPU per request is the robust comparison. Prints a markdown table with r
 
 ``--baseline-src`` also runs a second pion-server from another source tree (e.g. a
 checkout of the previous commit's ``src``) in the same run, interleaved, and adds a
-``Pion ÷ base`` CPU column: how a change moved the per-request cost.
+``Pion ÷ base`` CPU column: how a change moved the per-request cost. ``--pion-args`` adds
+flags to the server under test only (``--pion-args "--metrics-port 9121"`` prices the metrics).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=200_000, help="requests per test")
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="a second pion source tree (its src/ dir) to run side by side")
+    parser.add_argument("--pion-args", default="",
+                        help="extra flags for the pion server under test only, e.g. '--metrics-port 9121',"
+                             " to price an option against --baseline-src")
     args = parser.parse_args()
     for tool in ("redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
@@ -106,8 +110,8 @@ def main() -> int:
                                        "--appendfilename", "bench.aof",
                                        "--appendfsync", "everysec"], stdout=subprocess.DEVNULL),
         "pion": subprocess.Popen([sys.executable, "-m", "pion.server", "--port",
-                                  str(ports["pion"]), "--dir", str(tmp / "pion-data")],
-                                 stdout=subprocess.DEVNULL),
+                                  str(ports["pion"]), "--dir", str(tmp / "pion-data"),
+                                  *args.pion_args.split()], stdout=subprocess.DEVNULL),
     }
     if args.baseline_src is not None:
         env = {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}

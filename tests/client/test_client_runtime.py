@@ -11,7 +11,7 @@ import torch
 from client_prompts import QUESTIONS, SYSTEM_PROMPTS, system_turn, user_turn
 from pion import generate, load_model, stream_generate
 from pion.client.runtimes.transformers_kv import KvShape, RestoredKv, layer_rows
-from pion.client.runtimes.transformers_runtime import encode_prompt, forward_logits, generate_ids, prefill
+from pion.client.runtimes.transformers_runtime import _sample, encode_prompt, forward_logits, generate_ids, prefill
 
 
 def test_smollm2_has_the_documented_kv_geometry(smollm: tuple[Any, Any]) -> None:
@@ -108,3 +108,16 @@ def test_a_converted_model_directory_loads_with_its_identity(smollm: tuple[Any, 
     model, _ = smollm
     again, _ = load_model(model.name_or_path, device="cpu")
     assert again.pion_model_id == model.pion_model_id
+
+
+@pytest.mark.parametrize("temperature", [1e-30, 5e-324, 1e-8])
+def test_a_tiny_temperature_samples_the_top_token_instead_of_failing(temperature: float) -> None:
+    logits = torch.tensor([1.0, 30.0, -2.0, float("-inf")])
+    generator = torch.Generator().manual_seed(0)
+    assert [_sample(logits, temperature, top_p, generator) for top_p in (1.0, 0.5)] == [1, 1]
+
+
+@pytest.mark.parametrize("top_p", [1e-320, 1e-45, 1e-3])
+def test_a_tiny_top_p_keeps_the_top_token_instead_of_failing(top_p: float) -> None:
+    logits = torch.tensor([1.0, 30.0, -2.0, float("-inf")])
+    assert _sample(logits, 1.0, top_p, torch.Generator().manual_seed(0)) == 1

@@ -156,6 +156,8 @@ BAD_BODIES = [
     ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9000}, "messages"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs"),
+    # found by schemathesis (test_openapi_fuzz.py): a seed over int64 was a 500 from torch
+    ({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "seed": 2**64}, "seed"),
 ]
 
 # Fields pion-llm would otherwise ignore are refused when they ask for something, as n > 1 is.

@@ -52,6 +52,9 @@ ENV_SAMPLES: dict[str, tuple[str, object]] = {
     "databases": ("4", 4), "maxmemory_policy": ("volatile-ttl", "volatile-ttl"),
     "maxmemory_samples": ("10", 10),
     "cold_tier": ("redis://10.0.0.9:6380", "redis://10.0.0.9:6380"), "cold_tier_mode": ("behind", "behind"),
+    "tls_port": ("6380", 6380), "tls_binary_port": ("0", 0), "tls_cert_file": ("/tmp/s.crt", Path("/tmp/s.crt")),
+    "tls_key_file": ("/tmp/s.key", Path("/tmp/s.key")), "tls_ca_cert_file": ("/tmp/ca.crt", Path("/tmp/ca.crt")),
+    "tls_auth_clients": ("optional", "optional"), "metrics_port": ("9121", 9121),
 }
 
 

@@ -31,7 +31,7 @@ class _Request(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)  # int64, as OpenAI; torch refuses more
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None

@@ -26,6 +26,7 @@ from pion.proxy.distill import Distiller
 from pion.proxy.embedders import EmbedderChoice
 from pion.proxy.hit_verifier import HitVerifier
 from pion.proxy.metrics import ServeStats
+from pion.proxy.openapi_schema import CHAT_REQUEST_OPENAPI
 from pion.proxy.router import load_routing, make_router
 from pion.proxy.stats_extra import layer_stats
 from pion.proxy.rag import RagRetriever
@@ -79,7 +80,7 @@ def make_app(config: ServeConfig) -> FastAPI:
 
     app = FastAPI(title="pion-serve", lifespan=lifespan, docs_url=None, redoc_url=None)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=CHAT_REQUEST_OPENAPI)  # the raw body's schema
     async def chat_completions(request: Request) -> Response:
         chat: ChatCompletions = state["chat"]
         return await chat.handle(await request.body(), request.headers)

@@ -10,7 +10,8 @@ succeeds), and the same tenant key check (``commands/access.py``: ``NOPERM`` in 
 lengths that do not add up, a body over ``--client-query-buffer-limit``) gets one ERR reply and
 the connection is closed; an unknown command byte gets an ERR reply and the connection stays.
 ``--binary-port`` moves it, ``0`` turns it off; a port that cannot be bound is logged and the
-server runs without it.
+server runs without it. With ``--tls-port`` the same lane also listens over TLS on
+``--tls-binary-port`` (default ``tls-port + 1``; ``tls.py``), with the same client-certificate rule.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import hmac
 import logging
 import socket
+import ssl
 from typing import TYPE_CHECKING, Any, cast
 
 from pion.common.binary_frames import (
@@ -29,6 +31,7 @@ from pion.common.errors import CommandError, arity_error
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import ClientState, CommandContext
 from pion.server.resp.replies import SimpleString
+from pion.server.tls import tls_binary_port
 
 if TYPE_CHECKING:
     from pion.server.context import ServerState
@@ -95,8 +98,10 @@ class BinaryLane:
         self.max_body = state.config.client_query_buffer_limit
         self.specs = {code: specs[name] for code, name in COMMAND_NAMES.items() if name in specs}
         self.connections: set[BinaryConnection] = set()
-        self.server: asyncio.AbstractServer | None = None
+        self._starts: list[asyncio.Task[None]] = []
+        self.servers: list[asyncio.AbstractServer] = []
         self.port = 0
+        self.tls_port = 0
 
     def execute(self, ctx: CommandContext, command: int, fields: list[bytes]) -> tuple[int, bytes | memoryview]:
         """Run one frame's command; (status, reply body)."""
@@ -161,30 +166,40 @@ class BinaryLane:
     def listen(self) -> None:
         """Bind now (synchronously, so clients may connect as soon as the RESP port answers)."""
         cfg = self.state.config
-        port = cfg.binary_port if cfg.binary_port >= 0 else (cfg.port + 1 if cfg.port else 0)
+        if cfg.binary_port != 0:
+            port = cfg.binary_port if cfg.binary_port > 0 else (cfg.port + 1 if cfg.port else 0)
+            self.port = self._bind(port, None, "binary lane")
+        tls_port = tls_binary_port(cfg)
+        if tls_port and self.state.tls is not None:
+            self.tls_port = self._bind(tls_port, self.state.tls, "TLS binary lane")
+
+    def _bind(self, port: int, tls: ssl.SSLContext | None, what: str) -> int:
+        """Bind one listener (plain or TLS); the bound port, or 0 when it cannot be bound."""
+        bind = self.state.config.bind
         try:
-            sock = socket.create_server((cfg.bind, port), backlog=511, reuse_port=False)
+            sock = socket.create_server((bind, port), backlog=511, reuse_port=False)
         except OSError as exc:
-            log.warning("binary lane: cannot listen on %s:%d (%s); running without it", cfg.bind, port, exc)
-            return
+            log.warning("%s: cannot listen on %s:%d (%s); running without it", what, bind, port, exc)
+            return 0
         sock.setblocking(False)
-        self.port = int(sock.getsockname()[1])
         loop = asyncio.get_running_loop()
 
         async def serve() -> None:
-            self.server = await loop.create_server(lambda: BinaryConnection(self), sock=sock)
+            self.servers.append(await loop.create_server(lambda: BinaryConnection(self), sock=sock, ssl=tls))
 
-        self._start = loop.create_task(serve())
-        log.info("binary lane listening on %s:%d", cfg.bind, self.port)
+        self._starts.append(loop.create_task(serve()))
+        bound = int(sock.getsockname()[1])
+        log.info("%s listening on %s:%d", what, bind, bound)
+        return bound
 
     async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
+        for server in self.servers:
+            server.close()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
-        if self.server is not None:
-            await self.server.wait_closed()
+        for server in self.servers:
+            await server.wait_closed()
 
 
 def _body(result: Any) -> bytes | memoryview:
@@ -196,9 +211,9 @@ def _body(result: Any) -> bytes | memoryview:
 
 
 def start_binary_lane(state: ServerState) -> BinaryLane | None:
-    """Open the binary lane unless ``--binary-port 0`` (``state.binary_lane``; main.serve
+    """Open the binary lane unless ``--binary-port 0`` (and no TLS lane) (``state.binary_lane``; main.serve
     starts it beside the RESP listener and closes it after)."""
-    if state.config.binary_port == 0:
+    if state.config.binary_port == 0 and not tls_binary_port(state.config):
         return None
     lane = BinaryLane(state, state.table.specs)
     lane.listen()

@@ -74,6 +74,14 @@ class ServerConfig:
     maxmemory_samples: int = 5  # keys sampled per database per eviction (Redis's default)
     cold_tier: str | None = None  # redis-cluster://h:p[,h:p...] | redis://h:p (docs/scale-out.md)
     cold_tier_mode: str = "through"  # through: ack after the cluster write | behind: flush later
+    # TLS (Redis's option names; server/tls.py): a second RESP listener and binary lane, 0 = off
+    tls_port: int = 0
+    tls_binary_port: int = -1  # -1 = tls_port + 1, 0 = off
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_cert_file: Path | None = None
+    tls_auth_clients: str = "yes"  # yes | no | optional, Redis's default
+    metrics_port: int = 0  # Prometheus text on http://bind:metrics_port/metrics (server/metrics.py); 0 = off
 
     def summary(self) -> str:
         """One line with every field, for the start-up log (the password is masked)."""
@@ -89,6 +97,10 @@ class ServerConfig:
 
 
 MAX_WORKERS = 64
+
+
+def _optional_path(key: str, text: str) -> Path | None:
+    return Path(text) if text else None
 
 
 OPTIONS: list[Option] = [
@@ -159,6 +171,17 @@ OPTIONS: list[Option] = [
            "shared cold tier: redis-cluster://host:port[,host:port...] or redis://host:port (default: none)"),
     Option(("--cold-tier-mode",), "cold_tier_mode", parse_choice("through", "behind"),
            "through (default: reply after the cold tier has the rows) | behind (copy them shortly after)"),
+    Option(("--tls-port",), "tls_port", parse_int(0, 65535), "TLS RESP port (default 0 = no TLS listener)"),
+    Option(("--tls-binary-port",), "tls_binary_port", parse_int(-1, 65535),
+           "TLS binary lane (default: tls-port + 1 when --tls-port is set; 0 = off)"),
+    Option(("--tls-cert-file",), "tls_cert_file", _optional_path, "server certificate (PEM) for the TLS ports"),
+    Option(("--tls-key-file",), "tls_key_file", _optional_path, "private key (PEM) of --tls-cert-file"),
+    Option(("--tls-ca-cert-file",), "tls_ca_cert_file", _optional_path,
+           "CA bundle (PEM) that client certificates must chain to"),
+    Option(("--tls-auth-clients",), "tls_auth_clients", parse_choice("yes", "no", "optional"),
+           "require a client certificate: yes (default) | optional (verify one if sent) | no"),
+    Option(("--metrics-port",), "metrics_port", parse_int(0, 65535),
+           "serve Prometheus metrics on this HTTP port at /metrics (default 0 = off)"),
 ]
 
 

@@ -15,6 +15,8 @@ parts, each typed, in the order they are built:
                unless ``--binary-port 0``
   ``worker``   under ``-w N``: this worker's number, its siblings' addresses and the shared
                directory (``workers/runtime.py``); None for the single-process server
+  ``tls``      the server SSLContext of the TLS listeners (``tls.py``), None without ``--tls-port``
+  ``metrics``  the Prometheus endpoint (``metrics.py``), None without ``--metrics-port``
 
 A command family reads what it needs from these (``ctx.server.stores.keyspace``...);
 nothing is created on first use, and nothing is looked up by name.
@@ -27,11 +29,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import asyncio
+    import ssl
 
     from pion.server.coldtier.bridge import ColdBridge
     from pion.server.commands.table import CommandTable
     from pion.server.config import ServerConfig
     from pion.server.dispatcher import Dispatcher
+    from pion.server.metrics import MetricsEndpoint
     from pion.server.binary_lane import BinaryLane
     from pion.server.net import PionServer
     from pion.server.persist.manager import Persistence
@@ -84,6 +88,8 @@ class ServerState:
     admission: Admission | None = None  # --admission policy and ghost list (server/admission.py)
     worker: WorkerRuntime | None = None  # -w N only (workers/runtime.py)
     cold_tier: ColdBridge | None = None  # --cold-tier: the shared cold tier (server/coldtier/)
+    tls: ssl.SSLContext | None = None  # TLS listeners' context (tls.py), set by build_state
+    metrics: MetricsEndpoint | None = None  # --metrics-port's HTTP listener (metrics.py), opened by main.serve
 
 
 @dataclass

@@ -16,7 +16,8 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Coroutine
+from bisect import bisect_left
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ class _Entry:
     seconds: float = 0.0  # time spent running it
     rejected_calls: int = 0  # refused before running: arity, NOAUTH
     failed_calls: int = 0  # ran and answered an error
+    hist: list[int] | None = None  # latency bucket counts (--metrics-port; enable_latency_histograms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,8 @@ class Dispatcher:
         # ``out`` is recorded in ``client.write_marks`` (net.py turns it into -MISCONF when
         # the batch's WAL write fails).
         self.track_writes = False
+        # Upper bounds (seconds) of the latency buckets of the commands that have ``hist``.
+        self.latency_bounds: tuple[float, ...] = ()
 
     def execute(self, ctx: CommandContext, request: list[bytes],
                 out: list[Any]) -> Coroutine[Any, Any, None] | None:
@@ -202,6 +206,8 @@ class Dispatcher:
         # Time the handler spent waiting on start-up work (a model load) is not the command's.
         elapsed = _perf_counter() - started - take_untimed_s()
         entry.seconds += elapsed
+        if entry.hist is not None:
+            entry.hist[bisect_left(self.latency_bounds, elapsed)] += 1
         if elapsed > self.slow_s:
             self.log_slow(ctx, request, elapsed)
 
@@ -229,6 +235,21 @@ class Dispatcher:
         """Whether a connection must AUTH first (``--requirepass`` or any ``--tenant``)."""
         return self._auth_required
 
+    def enable_latency_histograms(self, names: Iterable[str], bounds_s: Sequence[float]) -> None:
+        """Count the run time of the named commands into buckets with these upper bounds
+        (seconds, ascending; one more bucket catches the rest). Costs one ``is not None`` per
+        command for the others; the network layer does the counting where it already times."""
+        self.latency_bounds = tuple(bounds_s)
+        for name in names:
+            entry = self._lookup.get(name.upper().encode())
+            if entry is not None:
+                entry.hist = [0] * (len(self.latency_bounds) + 1)
+
+    def latency_histograms(self) -> list[tuple[str, list[int], float]]:
+        """(command, bucket counts, seconds in total) of every command with a histogram."""
+        seen: dict[int, _Entry] = {id(e): e for e in self._lookup.values() if e.hist is not None}
+        return [(e.lname, list(e.hist or ()), e.seconds) for e in sorted(seen.values(), key=lambda e: e.lname)]
+
     def count_error(self, code: str) -> None:
         """Count one error reply by its code (Redis's ``errorstat_<CODE>``)."""
         self.error_counts[code] = self.error_counts.get(code, 0) + 1
@@ -245,6 +266,8 @@ class Dispatcher:
         for entry in self._lookup.values():
             entry.calls = entry.rejected_calls = entry.failed_calls = 0
             entry.seconds = 0.0
+            if entry.hist is not None:
+                entry.hist = [0] * len(entry.hist)
         self.error_counts.clear()
 
     def log_slow(self, ctx: CommandContext, request: list[Any], elapsed_s: float) -> None:

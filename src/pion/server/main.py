@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 
@@ -31,8 +32,10 @@ from pion.common.options import exit_on_config_error
 from pion.server.binary_lane import start_binary_lane
 from pion.server.config import ServerConfig, load_config
 from pion.server.context import ServerState
+from pion.server.metrics import MetricsEndpoint
 from pion.server.persist import RecoveryError
 from pion.server.state import build_state, close_state, open_state
+from pion.server.tls import make_server_context
 from pion.server.workers.routing import maintain
 from pion.server.workers.runtime import WorkerRuntime
 from pion.server.workers.supervisor import check_worker_count, run_workers
@@ -51,10 +54,16 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
 
     ``worker`` is set in a worker of ``-w N`` (forked by ``workers/supervisor.py``): it then
     joins the shared port's SO_REUSEPORT group, also listens on its own address, keeps the
-    directory current and calls ``on_ready`` once it accepts connections.
+    directory current and calls ``on_ready`` once it accepts connections. Every worker opens
+    the TLS listeners of ``--tls-port`` (``tls.py``; ``main`` has checked the files already).
     """
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    state = build_state(config, worker)
+    try:
+        tls = make_server_context(config)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    state = build_state(config, worker, tls)
     server = state.network
     try:
         open_state(state)
@@ -70,15 +79,25 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
     # The binary lane binds first (synchronously): it accepts as soon as the RESP port answers.
     state.binary_lane = start_binary_lane(state)
     try:
+        # Metrics before the RESP port: its latency buckets count from the first command. Under
+        # -w N only worker 0 serves them (its own counters; one port cannot be bound N times).
+        if config.metrics_port and (worker is None or worker.worker_id == 0):
+            state.metrics = MetricsEndpoint(state)
+            await state.metrics.start()
         await server.start(reuse_port=worker is not None)
         if worker is not None:
             own = worker.address(worker.worker_id)
             await server.listen_also(config.bind, own.port)
     except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", config.bind, config.port, exc)
-        await _close_binary_lane(state)
+        log.error("cannot listen on %s:%d%s%s: %s", config.bind, config.port,
+                  f" / TLS {config.tls_port}" if tls is not None else "",
+                  f" / metrics {config.metrics_port}" if config.metrics_port else "", exc)
+        await _close_listeners(state)
         close_state(state)
         return 1
+    if tls is not None:
+        log.info("TLS listening on %s:%d (client certificates: %s)", config.bind, server.tls_port,
+                 config.tls_auth_clients)
     maintenance = None
     if worker is None:
         log.info("pion-server %s ready on %s:%d (pid %d, %d commands from %d families) %s",
@@ -96,16 +115,20 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
     log.info("shutdown requested: closing the listener and draining %d client(s)",
              len(server.clients))
     await server.stop()
-    await _close_binary_lane(state)
+    await _close_listeners(state)
     close_state(state)
     log.info("pion-server stopped cleanly")
     return 0
 
 
-async def _close_binary_lane(state: ServerState) -> None:
+async def _close_listeners(state: ServerState) -> None:
+    """Close the binary lane and the metrics endpoint (the RESP listeners drain first)."""
     if state.binary_lane is not None:
         await state.binary_lane.close()
         state.binary_lane = None
+    if state.metrics is not None:
+        await state.metrics.close()
+        state.metrics = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         config = load_config(argv, version=__version__)
+        make_server_context(config)  # a bad TLS option exits 2 here, before any worker starts
     except ConfigError as exc:
         return exit_on_config_error("pion-server", exc)
     configure_logging(config.loglevel)

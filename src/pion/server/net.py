@@ -43,6 +43,7 @@ import itertools
 import logging
 import socket
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
@@ -223,7 +224,10 @@ class Connection(asyncio.Protocol):
             self._start_async(pending)
             return
         elapsed = _perf_counter() - started
-        self.dispatcher.last_entry.seconds += elapsed
+        entry = self.dispatcher.last_entry
+        entry.seconds += elapsed
+        if entry.hist is not None:
+            entry.hist[bisect_left(self.dispatcher.latency_bounds, elapsed)] += 1
         if elapsed > self.dispatcher.slow_s:
             self.dispatcher.log_slow(self.ctx, words, elapsed)
         if self.client.close_after_reply:
@@ -300,7 +304,10 @@ class Connection(asyncio.Protocol):
                 return
             now = _perf_counter()  # one clock read per command: also the next one's start
             elapsed = now - started
-            dispatcher.last_entry.seconds += elapsed  # INFO commandstats
+            entry = dispatcher.last_entry
+            entry.seconds += elapsed  # INFO commandstats
+            if entry.hist is not None:  # a KV command's latency histogram (--metrics-port)
+                entry.hist[bisect_left(dispatcher.latency_bounds, elapsed)] += 1
             if elapsed > slow_s:
                 dispatcher.log_slow(ctx, request, elapsed)
             started = now
@@ -502,6 +509,7 @@ class PionServer:
         self.closing = False
         self._server: asyncio.Server | None = None
         self._extra: list[asyncio.Server] = []
+        self._tls_server: asyncio.Server | None = None  # --tls-port (tls.py): same protocol over TLS
         self._all_closed = asyncio.Event()
 
     async def start(self, reuse_port: bool = False) -> None:
@@ -512,6 +520,14 @@ class PionServer:
         self._server = await loop.create_server(lambda: Connection(self), host=cfg.bind,
                                                 port=cfg.port, backlog=511, reuse_address=True,
                                                 reuse_port=reuse_port or None)
+        if self.state.tls is not None:
+            try:
+                self._tls_server = await loop.create_server(
+                    lambda: Connection(self), host=cfg.bind, port=cfg.tls_port, backlog=511,
+                    reuse_address=True, reuse_port=reuse_port or None, ssl=self.state.tls)
+            except OSError:
+                self._server.close()
+                raise
 
     async def listen_also(self, host: str, port: int) -> None:
         """A second listener (a worker's own address under -w N), closed by ``stop``."""
@@ -538,6 +554,13 @@ class PionServer:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
+    @property
+    def tls_port(self) -> int:
+        """The TLS listener's port, 0 without one."""
+        if self._tls_server is None:
+            return 0
+        return int(self._tls_server.sockets[0].getsockname()[1])
+
     def connection_closed(self) -> None:
         if self.closing and not self.clients:
             self._all_closed.set()
@@ -549,6 +572,8 @@ class PionServer:
             self._server.close()
         for extra in self._extra:
             extra.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         for conn in list(self.clients.values()):
             conn.begin_shutdown()
         if self.clients:
@@ -563,3 +588,5 @@ class PionServer:
             await self._server.wait_closed()
         for extra in self._extra:
             await extra.wait_closed()
+        if self._tls_server is not None:
+            await self._tls_server.wait_closed()

@@ -10,6 +10,7 @@ stores and to the network layer's reply path, and starts active expiry;
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 
 from pion.server.coldtier.install import install_cold_tier
@@ -32,9 +33,11 @@ from pion.server.workers.runtime import WorkerRuntime
 WORKER_ID = 0  # the single-process server's files; -w N gives each worker its own (pion.vstore.<w>)
 
 
-def build_state(config: ServerConfig, worker: WorkerRuntime | None = None) -> ServerState:
+def build_state(config: ServerConfig, worker: WorkerRuntime | None = None,
+                tls: ssl.SSLContext | None = None) -> ServerState:
     """The worker's parts, in dependency order: stores, receipt, embedder, persistence,
-    command table (routed across the group under -w N) and dispatcher, network."""
+    command table (routed across the group under -w N) and dispatcher, network (``tls``: the
+    TLS listeners' context, ``tls.py``)."""
     stores = Stores.make(max_sessions=config.max_sessions, maxmemory=config.maxmemory,
                          databases=config.databases, policy=config.maxmemory_policy,
                          samples=config.maxmemory_samples)
@@ -54,7 +57,7 @@ def build_state(config: ServerConfig, worker: WorkerRuntime | None = None) -> Se
     state = ServerState(config=config, started_at=time.time(), stores=stores, receipt=receipt,
                         embedder=embedder, persist=persist, table=table, dispatcher=dispatcher,
                         tenants=tenants, admission=Admission(config.admission, config.admission_window),
-                        worker=worker, cold_tier=cold_tier)
+                        worker=worker, cold_tier=cold_tier, tls=tls)
     state.network = PionServer(state, dispatcher)
     return state
 

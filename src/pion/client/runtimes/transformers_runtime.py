@@ -123,13 +123,16 @@ def trim_cache(cache: Any, n_tokens: int) -> None:
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
-    if temperature <= 0.0:
+    if temperature < torch.finfo(logits.dtype).tiny:  # 0, or below what the logits' dtype can divide by
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits / temperature, dim=-1)
+    # Shift by the max first: a tiny temperature (1e-30, valid OpenAI input) then sends the others
+    # to -inf instead of the top logit to +inf (inf - inf = NaN in softmax; found by schemathesis).
+    probs = torch.softmax((logits - logits.max()) / temperature, dim=-1)
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)
         # Keep the smallest set whose mass reaches top_p (the first token always stays).
         keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
+        keep[0] = True  # also when top_p is below float32's resolution (1e-320 compares as 0)
         sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
         pick = torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=generator)
         return int(order[pick])

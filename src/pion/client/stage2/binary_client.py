@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 from typing import Any
 
 import numpy as np
@@ -26,13 +27,25 @@ class BinaryLaneError(RuntimeError):
 
 
 class BinaryLaneClient:
-    """A connection to the binary lane; PINGs (and AUTHs) on construction, raises if that fails."""
+    """A connection to the binary lane; PINGs (and AUTHs) on construction, raises if that fails.
+
+    ``tls``: a client ``SSLContext`` for the server's TLS binary lane (``--tls-binary-port``);
+    the handshake checks the server's certificate against ``host`` unless the context says not to.
+    """
 
     def __init__(self, host: str, port: int, password: str | None = None, timeout_s: float = 30.0,
-                 connect_timeout_s: float = 2.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=connect_timeout_s)
+                 connect_timeout_s: float = 2.0, tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection((host, port), timeout=connect_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                sock = tls.wrap_socket(sock, server_hostname=host)
+            except (OSError, ssl.SSLError):
+                sock.close()
+                raise
+        self.sock = sock
         self.sock.settimeout(timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._scatter = tls is None  # an SSLSocket has no sendmsg
         self._ids = itertools.count(1)
         try:
             if password is not None:
@@ -48,7 +61,7 @@ class BinaryLaneClient:
         request_id = next(self._ids) & 0xFFFFFFFF
         parts = encode_request(command, request_id, fields)
         total = sum(memoryview(p).nbytes for p in parts)
-        sent = self.sock.sendmsg(parts)
+        sent = self.sock.sendmsg(parts) if self._scatter else 0
         if sent < total:  # a short scatter-gather write: send the rest plainly
             self.sock.sendall(b"".join(bytes(p) for p in parts)[sent:])
         status, reply_id, body_len = parse_reply_header(self._read(REPLY_HEADER.size))

@@ -371,6 +371,10 @@ def _config_view(ctx: CommandContext) -> dict[str, str]:
         "requirepass": cfg.requirepass or "", "loglevel": cfg.loglevel,
         "max-sessions": str(cfg.max_sessions),
         "prefill-us-per-token": str(cfg.prefill_us_per_token),
+        # TLS (tls.py) and the metrics endpoint (metrics.py); files by path, never their contents
+        "tls-port": str(cfg.tls_port), "tls-auth-clients": cfg.tls_auth_clients,
+        "tls-cert-file": str(cfg.tls_cert_file or ""), "tls-key-file": str(cfg.tls_key_file or ""),
+        "tls-ca-cert-file": str(cfg.tls_ca_cert_file or ""), "metrics-port": str(cfg.metrics_port),
     }
 
 

@@ -236,7 +236,8 @@ def attend_info_fields(state: ServerState) -> list[tuple[str, int]]:
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:
     lane = state.binary_lane
     return {"Memory": [("attend_bytes", attend_bytes(state))],
-            "Server": [("binary_port", 0 if lane is None else lane.port)]}
+            "Server": [("binary_port", 0 if lane is None else lane.port),
+                       ("tls_binary_port", 0 if lane is None else lane.tls_port)]}
 
 
 _R = frozenset({"readonly"})

@@ -53,6 +53,7 @@ import logging
 import os
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -65,6 +66,8 @@ FsyncPolicy = Literal["always", "everysec", "no"]
 FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
 BATCH_MAX_RECORD = 16 * 1024  # payloads up to this size, without a >= 4 KB blob, are buffered
 BATCH_MAX_BYTES = 1024 * 1024  # a buffer past this is written at once (still before any reply)
+# Upper bounds (seconds) of the fsync latency histogram (pion_wal_fsync_duration_seconds).
+FSYNC_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 log = logging.getLogger("pion.persist")
 
 
@@ -94,6 +97,7 @@ class WalWriter:
         self.write_errors = 0
         self.fsyncs = 0
         self.fsync_seconds = 0.0
+        self.fsync_buckets = [0] * (len(FSYNC_BUCKETS_S) + 1)  # counts per FSYNC_BUCKETS_S bound, + the rest
         self._stop = threading.Event()
         self._everysec: threading.Thread | None = None
         if policy == "everysec":
@@ -239,8 +243,10 @@ class WalWriter:
         started = time.monotonic()
         with self._fd_lock:
             os.fdatasync(self._fd)
+        elapsed = time.monotonic() - started
         self.fsyncs += 1
-        self.fsync_seconds += time.monotonic() - started
+        self.fsync_seconds += elapsed
+        self.fsync_buckets[bisect_left(FSYNC_BUCKETS_S, elapsed)] += 1
 
     def _retry_sync(self) -> None:
         try:
