@@ -536,7 +536,10 @@ class PionServer:
     @property
     def port(self) -> int:
         assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
+        # Any: typeshed declares ``Server.sockets`` a tuple, uvloop returns a list, and the
+        # compiled build checks the declared type on read (it raised TypeError; issue 13).
+        listener: Any = self._server
+        return int(listener.sockets[0].getsockname()[1])
 
     def connection_closed(self) -> None:
         if self.closing and not self.clients:
