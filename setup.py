@@ -25,6 +25,7 @@ import sysconfig
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -49,15 +50,29 @@ def _why_not_compiled() -> str | None:
     return None
 
 
+# The sources this build compiles, hashed before mypyc reads them (an edit made during the
+# build then reads as stale); recorded once the extensions are in place.
+_digests: dict[str, str] | None = None
+
+
+# Only these commands build extensions. pip runs setup.py three times per install (build
+# requirements, metadata, the build itself); mypycify type-checks and generates C when called,
+# so the other runs skip it.
+_BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
+
+
 def _ext_modules() -> list[object]:
+    global _digests
+    if not _BUILD_COMMANDS.intersection(sys.argv[1:]):
+        return []
     reason = _why_not_compiled()
     if reason is not None:
         print(f"pion: building pure Python ({reason})", file=sys.stderr)
         return []
     from mypyc.build import mypycify
 
-    write_manifest(source_digests())  # before mypyc reads them: a later edit reads as stale
-
+    _digests = source_digests()
+    write_manifest({})  # while the extensions are being replaced, every source reads as stale
     paths = ["src/" + name.replace(".", "/") + ".py" for name in COMPILED_MODULES]
     # --ignore-missing-imports: an isolated build env has no hiredis/numpy/uvloop stubs;
     # their values are then plain objects in the compiled code (checked at run time).
@@ -65,4 +80,13 @@ def _ext_modules() -> list[object]:
                          debug_level="0"))
 
 
-setup(ext_modules=_ext_modules())
+class BuildExt(build_ext):
+    """build_ext that records which sources the extensions were compiled from."""
+
+    def run(self) -> None:
+        super().run()
+        if _digests is not None:
+            write_manifest(_digests)
+
+
+setup(ext_modules=_ext_modules(), cmdclass={"build_ext": BuildExt})

@@ -168,14 +168,25 @@ class Connection(asyncio.Protocol):
             self.mid_request = True
             self.fast_read = data
             self._process()
-            if self.fast_read is data:  # (None: an inline line took it to the framer)
-                self.fast_read = None
+            if self._take_fast_read(data):
                 if self.mid_request and not self.closing:
                     error = framer.resync(data)  # where in a request this read ended
                     if error is not None:
                         self._frame_failed(error)
             return
         self._feed_framed(data)
+
+    def _take_fast_read(self, data: bytes) -> bool:
+        """Clear ``fast_read`` if it still holds ``data``; False when an inline line in it
+        already took it to the framer (``_continue_after_inline`` set it to None).
+
+        A method, not an inline test: after ``self.fast_read = data`` mypy narrows the
+        attribute to ``bytes`` across the ``_process()`` call that may reset it, and the
+        compiled build enforces that narrowed type (TypeError on None; issue 13)."""
+        if self.fast_read is not data:
+            return False
+        self.fast_read = None
+        return True
 
     def _feed_framed(self, data: bytes) -> None:
         """The careful path: frame, check and re-encode before hiredis sees the bytes."""
