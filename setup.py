@@ -73,6 +73,11 @@ def _ext_modules() -> list[object]:
 
     _digests = source_digests()
     write_manifest({})  # while the extensions are being replaced, every source reads as stale
+    # An extension left by an earlier build for a module no longer compiled would shadow its .py.
+    wanted = {ROOT / "src" / (name.replace(".", "/") + ".py") for name in COMPILED_MODULES}
+    for ext in (ROOT / "src" / "pion").rglob("*.so"):
+        if ext.with_name(ext.name.split(".", 1)[0] + ".py") not in wanted:
+            ext.unlink()
     paths = ["src/" + name.replace(".", "/") + ".py" for name in COMPILED_MODULES]
     # --ignore-missing-imports: an isolated build env has no hiredis/numpy/uvloop stubs;
     # their values are then plain objects in the compiled code (checked at run time).

@@ -12,7 +12,7 @@ reads the server's CPU time (utime + stime from ``/proc/<pid>/stat``) before and
 On a 2-core machine redis-benchmark itself saturates a core, so ops/s partly measures the
 client; CPU per request is the robust comparison. Prints a markdown table with ratios.
 
-    .venv/bin/python benchmarks/bench_server_small_ops.py [-n 200000] [--only get set]
+    .venv/bin/python benchmarks/bench_server_small_ops.py [-n 200000] [--n16 N] [--only get set]
         [--baseline-src DIR]
 
 ``--baseline-src`` also runs a second pion-server from another source tree (e.g. a
@@ -112,12 +112,16 @@ def prepare(port: int, pion: bool) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-n", type=int, default=200_000, help="requests per test")
+    parser.add_argument("-n", type=int, default=200_000, help="requests per test at -P 1")
+    parser.add_argument("--n16", type=int, default=None,
+                        help="requests per test at -P 16 (default 10 x -n: CPU time is read in "
+                             "10 ms ticks, so a short run has too few of them)")
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="a second pion source tree (its src/ dir) to run side by side")
     parser.add_argument("--only", nargs="*", default=None,
                         help="run only these tests (" + ", ".join(t for t, _ in TESTS) + ")")
     args = parser.parse_args()
+    n16 = args.n16 if args.n16 is not None else 10 * args.n
     for tool in ("redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
             print(f"{tool} not found: apt-get install redis-server redis-tools", file=sys.stderr)
@@ -166,8 +170,8 @@ def main() -> int:
                 for name, port in ports.items():  # interleave so drift hits all alike
                     if test in PION_ONLY and not name.startswith("pion"):
                         continue
-                    rows += run_one(name, procs[name].pid, port, test, bench_args, args.n,
-                                    pipeline)
+                    rows += run_one(name, procs[name].pid, port, test, bench_args,
+                                    args.n if pipeline == 1 else n16, pipeline)
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -175,7 +179,8 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     by_key = {(r.server, r.test, r.pipeline): r for r in rows}
-    print(f"{version}; redis-benchmark -n {args.n} -d 3 -c 50, one test per run; server CPU "
+    print(f"{version}; redis-benchmark -n {args.n} (-P 16: -n {n16}) -d 3 -c 50, one test per "
+          f"run; server CPU "
           f"from /proc/<pid>/stat (utime+stime); redis+aof = appendonly yes, appendfsync "
           f"everysec (pion-server's default WAL policy); pure = the same tree with "
           f"PION_PURE_PYTHON=1\n")

@@ -34,6 +34,8 @@ from types import ModuleType
 
 # The per-request path (issue 13): network protocol, dispatcher, RESP encoder and framer,
 # keyspace and V-store commands and stores, the typed records and WAL framing they log.
+# (server/context.py cannot join as it is: its dataclasses name types imported only under
+# TYPE_CHECKING, and a compiled dataclass resolves them at import — KeyError; docs/compiled.md.)
 COMPILED_MODULES: tuple[str, ...] = (
     "pion.server.net",
     "pion.server.dispatcher",

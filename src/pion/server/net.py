@@ -264,6 +264,10 @@ class Connection(asyncio.Protocol):
         if self.busy or self.write_paused or self.closing:
             return
         reader = self.reader
+        # Bound once per batch: hiredis's Reader is a Python object to compiled code, so each
+        # ``reader.gets()`` would look the method up on its type again (2 per request).
+        gets = reader.gets
+        has_data = reader.has_data
         out = self.out
         dispatcher = self.dispatcher
         execute = dispatcher.execute
@@ -277,7 +281,7 @@ class Connection(asyncio.Protocol):
         # during a write (pause_writing, output limit), so they are re-checked after one.
         while True:
             try:
-                request = reader.gets()
+                request = gets()
             except hiredis.ProtocolError as exc:
                 if self.fast_read is not None and self._continue_after_inline():
                     return
@@ -287,7 +291,7 @@ class Connection(asyncio.Protocol):
                 break  # the reader holds part of a request (mid_request stays True)
             if type(request) is not list or not request:
                 if request is None or request == []:  # *-1 and *0 are ignored, like Redis
-                    if not reader.has_data():
+                    if not has_data():
                         self.mid_request = False
                         break
                     continue
@@ -321,9 +325,9 @@ class Connection(asyncio.Protocol):
             if len(out) >= FLUSH_EVERY:
                 self._flush()
                 if self.write_paused or self.closing:
-                    self.mid_request = reader.has_data()
+                    self.mid_request = has_data()
                     break
-            if not reader.has_data():  # ended exactly after this request: a boundary
+            if not has_data():  # ended exactly after this request: a boundary
                 self.mid_request = False
                 break
         if (self.frame_error is not None and not self.busy and not self.closing
