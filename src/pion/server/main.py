@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import uvloop
 
-from pion import __version__
+from pion import __version__, _compiled
 from pion.common.errors import ConfigError
 from pion.common.logs import setup_logging
 from pion.common.options import exit_on_config_error
@@ -100,9 +100,9 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
                  config.tls_auth_clients)
     maintenance = None
     if worker is None:
-        log.info("pion-server %s ready on %s:%d (pid %d, %d commands from %d families) %s",
-                 __version__, config.bind, server.port, os.getpid(), len(state.table.specs),
-                 len(state.table.families), config.summary())
+        log.info("pion-server %s (compiled: %s) ready on %s:%d (pid %d, %d commands from %d "
+                 "families) %s", __version__, _compiled.status(), config.bind, server.port,
+                 os.getpid(), len(state.table.specs), len(state.table.families), config.summary())
     else:
         log.info("worker %d of %d ready on %s:%d and %s (pid %d)", worker.worker_id, worker.n_workers,
                  config.bind, server.port, worker.address(worker.worker_id), os.getpid())
@@ -137,11 +137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
-        config = load_config(argv, version=__version__)
+        config = load_config(argv, version=f"{__version__} (compiled: {_compiled.status()})")
         make_server_context(config)  # a bad TLS option exits 2 here, before any worker starts
     except ConfigError as exc:
         return exit_on_config_error("pion-server", exc)
     configure_logging(config.loglevel)
+    stale = _compiled.stale_reason()
+    if stale is not None:
+        log.warning("running the hot path as plain Python: %s", stale)
     if config.workers > 1:
         return run_workers(config, serve)
     refusal = check_worker_count(config)  # a --dir written by -w N > 1 is not a -w 1 directory

@@ -169,14 +169,25 @@ class Connection(asyncio.Protocol):
             self.mid_request = True
             self.fast_read = data
             self._process()
-            if self.fast_read is data:  # (None: an inline line took it to the framer)
-                self.fast_read = None
+            if self._take_fast_read(data):
                 if self.mid_request and not self.closing:
                     error = framer.resync(data)  # where in a request this read ended
                     if error is not None:
                         self._frame_failed(error)
             return
         self._feed_framed(data)
+
+    def _take_fast_read(self, data: bytes) -> bool:
+        """Clear ``fast_read`` if it still holds ``data``; False when an inline line in it
+        already took it to the framer (``_continue_after_inline`` set it to None).
+
+        A method, not an inline test: after ``self.fast_read = data`` mypy narrows the
+        attribute to ``bytes`` across the ``_process()`` call that may reset it, and the
+        compiled build enforces that narrowed type (TypeError on None; issue 13)."""
+        if self.fast_read is not data:
+            return False
+        self.fast_read = None
+        return True
 
     def _feed_framed(self, data: bytes) -> None:
         """The careful path: frame, check and re-encode before hiredis sees the bytes."""
@@ -257,6 +268,10 @@ class Connection(asyncio.Protocol):
         if self.busy or self.write_paused or self.closing:
             return
         reader = self.reader
+        # Bound once per batch: hiredis's Reader is a Python object to compiled code, so each
+        # ``reader.gets()`` would look the method up on its type again (2 per request).
+        gets = reader.gets
+        has_data = reader.has_data
         out = self.out
         dispatcher = self.dispatcher
         execute = dispatcher.execute
@@ -270,7 +285,7 @@ class Connection(asyncio.Protocol):
         # during a write (pause_writing, output limit), so they are re-checked after one.
         while True:
             try:
-                request = reader.gets()
+                request = gets()
             except hiredis.ProtocolError as exc:
                 if self.fast_read is not None and self._continue_after_inline():
                     return
@@ -280,7 +295,7 @@ class Connection(asyncio.Protocol):
                 break  # the reader holds part of a request (mid_request stays True)
             if type(request) is not list or not request:
                 if request is None or request == []:  # *-1 and *0 are ignored, like Redis
-                    if not reader.has_data():
+                    if not has_data():
                         self.mid_request = False
                         break
                     continue
@@ -317,9 +332,9 @@ class Connection(asyncio.Protocol):
             if len(out) >= FLUSH_EVERY:
                 self._flush()
                 if self.write_paused or self.closing:
-                    self.mid_request = reader.has_data()
+                    self.mid_request = has_data()
                     break
-            if not reader.has_data():  # ended exactly after this request: a boundary
+            if not has_data():  # ended exactly after this request: a boundary
                 self.mid_request = False
                 break
         if (self.frame_error is not None and not self.busy and not self.closing
@@ -552,7 +567,10 @@ class PionServer:
     @property
     def port(self) -> int:
         assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
+        # Any: typeshed declares ``Server.sockets`` a tuple, uvloop returns a list, and the
+        # compiled build checks the declared type on read (it raised TypeError; issue 13).
+        listener: Any = self._server
+        return int(listener.sockets[0].getsockname()[1])
 
     @property
     def tls_port(self) -> int:

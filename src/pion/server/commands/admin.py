@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pion import __version__
+from pion._compiled import status as compiled_status
 from pion.common.errors import CommandError, arity_error, clip_for_echo
 from pion.server.commands.spec import CommandSpec
 from pion.server.errors import SYNTAX_ERROR, WRONGPASS
@@ -254,7 +255,8 @@ def _core_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
             ("redis_version", REDIS_COMPAT_VERSION), ("pion_version", __version__),
             ("redis_mode", "standalone"), ("os", f"{platform.system()} {platform.release()}"),
             ("arch_bits", 64 if sys.maxsize > 2**32 else 32),
-            ("python_version", platform.python_version()), ("process_id", os.getpid()),
+            ("python_version", platform.python_version()), ("compiled", compiled_status()),
+            ("process_id", os.getpid()),
             ("tcp_port", cfg.port), ("uptime_in_seconds", uptime),
             ("uptime_in_days", uptime // 86400), ("hz", cfg.hz), ("workers", cfg.workers),
             ("data_dir", str(cfg.data_dir)), ("config_file", ""),

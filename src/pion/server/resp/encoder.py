@@ -20,7 +20,9 @@ import math
 import numbers
 from typing import Any
 
-from pion.server.resp.replies import OK, ErrorReply, NullArray, RawReply, SimpleString, Verbatim
+from pion.server.resp.replies import (
+    OK, EncodeError, ErrorReply, NullArray, RawReply, SimpleString, Verbatim,
+)
 
 CRLF = b"\r\n"
 LARGE_PAYLOAD = 16 * 1024  # payloads at least this big are queued as their own chunk
@@ -34,8 +36,7 @@ BULK_HEADS = [b"$%d\r\n" % n for n in range(1024)]
 _SIMPLE: dict[str, bytes] = {}  # rendered simple strings (+OK, +PONG, +HIT, ...)
 
 
-class EncodeError(TypeError):
-    """A handler returned a value that has no RESP rendering (a bug in that handler)."""
+__all__ = ["EncodeError", "encode_error", "encode_reply", "encode_to_bytes"]
 
 
 def encode_error(code: str, message: str) -> bytes:

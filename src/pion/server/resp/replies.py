@@ -59,3 +59,11 @@ class RawReply:
 
 
 OK = SimpleString("OK")
+
+
+class EncodeError(TypeError):
+    """A handler returned a value that has no RESP rendering (a bug in that handler).
+
+    Defined here, not in the encoder: mypyc compiles ``encoder.py`` and cannot compile a
+    subclass of a builtin exception type (``replies.py`` stays plain Python).
+    """
