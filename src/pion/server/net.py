@@ -567,17 +567,14 @@ class PionServer:
     @property
     def port(self) -> int:
         assert self._server is not None
-        # Any: typeshed declares ``Server.sockets`` a tuple, uvloop returns a list, and the
-        # compiled build checks the declared type on read (it raised TypeError; issue 13).
-        listener: Any = self._server
-        return int(listener.sockets[0].getsockname()[1])
+        return _bound_port(self._server)
 
     @property
     def tls_port(self) -> int:
         """The TLS listener's port, 0 without one."""
         if self._tls_server is None:
             return 0
-        return int(self._tls_server.sockets[0].getsockname()[1])
+        return _bound_port(self._tls_server)
 
     def connection_closed(self) -> None:
         if self.closing and not self.clients:
@@ -608,3 +605,10 @@ class PionServer:
             await extra.wait_closed()
         if self._tls_server is not None:
             await self._tls_server.wait_closed()
+
+
+def _bound_port(listener: Any) -> int:
+    """The port an asyncio server bound. ``Any``: typeshed declares ``Server.sockets`` a tuple,
+    uvloop returns a list, and the compiled build checks the declared type on read (it raised
+    TypeError for the plain and then the TLS listener; issue 13)."""
+    return int(listener.sockets[0].getsockname()[1])
