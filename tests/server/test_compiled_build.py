@@ -24,8 +24,10 @@ from support.procs import start_server
 
 SRC = Path(pion.__file__).resolve().parent.parent
 BUILT = all(_compiled._extension(name) is not None for name in _compiled.COMPILED_MODULES)
-needs_build = pytest.mark.skipif(not BUILT or _compiled.stale_reason() is not None,
-                                 reason="no fresh mypyc build in this tree (make compile)")
+needs_build = pytest.mark.skipif(not BUILT or _compiled.stale_reason() is not None
+                                 or _compiled.pure_python_requested(),
+                                 reason="no fresh mypyc build in this tree (make compile), or this "
+                                        "run asked for plain Python (PION_PURE_PYTHON=1)")
 
 
 def _env(**extra: str) -> dict[str, str]:
