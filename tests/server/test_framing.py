@@ -280,7 +280,7 @@ def test_a_client_that_never_authenticates_and_never_reads_is_dropped(
         # would keep its replies flowing and nothing would pile up. Read once it dropped us.
         deadline = time.monotonic() + 300  # (~125,000 requests must run to fill the kernel buffers)
         while "client-output-buffer-limit" not in password_server.log():
-            assert time.monotonic() < deadline, "the server never dropped the client"
+            assert time.monotonic() < deadline, password_server.log()[-3000:]
             time.sleep(0.05)
         try:
             while chunk := sock.recv(65536):
