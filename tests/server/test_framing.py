@@ -267,9 +267,12 @@ def test_a_client_that_never_authenticates_and_never_reads_is_dropped(
     noauth = b"-NOAUTH Authentication required.\r\n"
     writes, per_write = 400, 1000
     received = b""
-    with socket.create_connection(("127.0.0.1", password_server.port)) as sock:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # A small receive buffer set BEFORE connecting: set after, the window shrinks, the kernel
+        # drops segments and both directions sit in retransmit back-off for minutes.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.settimeout(300)  # unauthenticated requests run one per read: slow on a loaded machine
+        sock.connect(("127.0.0.1", password_server.port))
         try:
             for _ in range(writes):
                 sock.sendall(b"PING\r\n" * per_write)  # replies pile up: never read
