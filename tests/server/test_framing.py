@@ -16,7 +16,8 @@ import hiredis
 import pytest
 import redis
 
-from support.procs import ServerProcess, free_port, start_server
+from support.procs import ServerProcess, start_server
+from support.redis_oracle import redis_oracle_port  # a fixture, imported so pytest finds it
 
 TRAPS = [b"FLUSHALL", b"*1\r\n$8\r\nFLUSHALL\r\n", b"PING\r\n", b"\r\n", b"$8\r\n", b"*",
          b"\x00\xff\r\n*3\r\n", b"", b"FLUSHALL\r\n"]
@@ -84,34 +85,10 @@ def keyspace_of(port: int, tag: bytes) -> dict[bytes, bytes]:
     return {k[len(tag):]: v for k, v in zip(keys, values, strict=True) if v is not None}
 
 
-@pytest.fixture(scope="module")
-def redis_oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
-    port = free_port()
-    data_dir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(data_dir)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                with redis.Redis(host="127.0.0.1", port=port) as conn:
-                    conn.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 @pytest.fixture(params=["pion", "redis"])
 def target_port(request: pytest.FixtureRequest, shared_pion_server: ServerProcess) -> int:
     if request.param == "redis":
-        port: int = request.getfixturevalue("redis_oracle")
+        port: int = request.getfixturevalue("redis_oracle_port")
         return port
     return shared_pion_server.port
 
@@ -155,7 +132,7 @@ def test_random_multi_splits_give_the_unsplit_replies(target_port: int) -> None:
 
 
 def test_pion_answers_a_pipeline_with_the_same_bytes_as_redis(
-        shared_pion_server: ServerProcess, redis_oracle: int) -> None:
+        shared_pion_server: ServerProcess, redis_oracle_port: int) -> None:
     stream, count = pipeline(b"oracle", seed=3, n_requests=60)
 
     def raw(port: int) -> bytes:
@@ -177,7 +154,7 @@ def test_pion_answers_a_pipeline_with_the_same_bytes_as_redis(
                     seen += 1
             return data
 
-    assert raw(shared_pion_server.port) == raw(redis_oracle)
+    assert raw(shared_pion_server.port) == raw(redis_oracle_port)
 
 
 @pytest.mark.parametrize(("frame", "error"), [
