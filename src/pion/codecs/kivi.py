@@ -62,8 +62,6 @@ outlier channel: 100 .. 103.875; the others 0 .. 3.875):
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import numpy.typing as npt
 
@@ -77,19 +75,10 @@ from pion.codecs.base import (
     require_multiple,
     safe_divisor,
 )
+from pion.codecs.mlx4g32 import nibble_table
 from pion.common.errors import CodecError
 
 TOKEN_GROUPS = (32, 64, 128)
-
-
-@cache
-def _nibble_table() -> np.ndarray:
-    """byte -> (low nibble, high nibble) as two float32 codes packed in one uint64."""
-    pairs = np.empty((256, 2), dtype=np.float32)
-    index = np.arange(256)
-    pairs[:, 0] = index & 0xF
-    pairs[:, 1] = index >> 4
-    return pairs.view(np.uint64).reshape(256)
 
 
 class KiviCodec:
@@ -255,7 +244,7 @@ class KiviCodec:
         in benchmarks/codec_speed.py.
         """
         if self.bits == 4:
-            pairs: np.ndarray = _nibble_table()[packed]
+            pairs: np.ndarray = nibble_table()[packed]
             return pairs.view(np.float32).reshape(n, kv_dim)
         return packed.astype(np.float32)
 

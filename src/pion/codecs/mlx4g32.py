@@ -45,7 +45,7 @@ LEVELS = 15  # 4 bits: codes 0..15
 
 
 @cache
-def _nibble_table() -> np.ndarray:
+def nibble_table() -> np.ndarray:
     """byte -> (low nibble, high nibble) as two float32 codes packed in one uint64."""
     pairs = np.empty((256, 2), dtype=np.float32)
     index = np.arange(256)
@@ -98,7 +98,7 @@ class Mlx4Group32Codec:
         n_groups = kv_dim // GROUP_SIZE
         packed_bytes = kv_dim // 2
         params = raw[:, packed_bytes:].view("<f2").astype(np.float32)
-        out = _nibble_table()[raw[:, :packed_bytes]].view(np.float32)
+        out = nibble_table()[raw[:, :packed_bytes]].view(np.float32)
         groups = out.reshape(n, n_groups, GROUP_SIZE)
         groups *= params[:, :n_groups, None]
         groups += params[:, n_groups:, None]
