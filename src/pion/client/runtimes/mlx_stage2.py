@@ -35,9 +35,8 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache, _BaseCache
 
-from pion.client.stage2.lanes import Stage2Counters
+from pion.client.stage2.lanes import Stage2Counters, query_rehydrating
 from pion.client.stage2.support import Stage2Support
-from pion.client.stage2.wire import ColdMissError
 
 if TYPE_CHECKING:
     from pion.client.mlx_prompt_cache import PionPromptCache
@@ -131,14 +130,8 @@ class MlxWireLane:
         _, h_q, m, d = queries.shape
         factor = scale * d ** 0.5
         q = queries[0] if abs(factor - 1.0) < 1e-12 else queries[0] * factor
-        args = (layer_idx, _fp32(q), _fp32(keys[0]), _fp32(values[0]))
-        self.counters.wire_calls += 1
-        try:
-            reply = self.query_fn(*args)
-        except ColdMissError:
-            self.counters.cold_rehydrates_observed += 1
-            self.rehydrate()
-            reply = self.query_fn(*args)
+        reply = query_rehydrating(self.query_fn, self.rehydrate, self.counters, layer_idx, _fp32(q),
+                                  _fp32(keys[0]), _fp32(values[0]))
         out = np.frombuffer(reply, dtype=np.float32).reshape(1, h_q, m, d)
         return mx.array(out).astype(queries.dtype)
 

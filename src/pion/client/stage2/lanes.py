@@ -37,6 +37,19 @@ def _fp32_numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
 
 
+def query_rehydrating(query_fn: QueryFn, rehydrate: Callable[[], None], counters: Stage2Counters,
+                      layer_idx: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> bytes:
+    """One wire QUERY_FUSED, counted; a -COLDMISS rehydrates the prefix and retries once
+    (shared by the transformers and the MLX wire lanes)."""
+    counters.wire_calls += 1
+    try:
+        return query_fn(layer_idx, q, k, v)
+    except ColdMissError:
+        counters.cold_rehydrates_observed += 1
+        rehydrate()
+        return query_fn(layer_idx, q, k, v)
+
+
 class InprocLane:
     """Prefix K/V ``[H_kv, P, D]`` per layer held in this process."""
 
@@ -73,13 +86,7 @@ class WireLane:
         h_q, m, d = query.shape[1:]
         factor = scaling * d ** 0.5
         q = query[0] if abs(factor - 1.0) < 1e-12 else query[0] * factor
-        args = (layer_idx, _fp32_numpy(q), _fp32_numpy(keys[0]), _fp32_numpy(values[0]))
-        self.counters.wire_calls += 1
-        try:
-            reply = self.query_fn(*args)
-        except ColdMissError:
-            self.counters.cold_rehydrates_observed += 1
-            self.rehydrate()
-            reply = self.query_fn(*args)
+        reply = query_rehydrating(self.query_fn, self.rehydrate, self.counters, layer_idx, _fp32_numpy(q),
+                                  _fp32_numpy(keys[0]), _fp32_numpy(values[0]))
         out = frombuffer(reply, torch.float32).view(1, h_q, m, d)
         return out.to(device=query.device, dtype=query.dtype)
