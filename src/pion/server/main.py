@@ -32,7 +32,6 @@ from pion.common.options import exit_on_config_error
 from pion.server.binary_lane import start_binary_lane
 from pion.server.config import ServerConfig, load_config
 from pion.server.context import ServerState
-from pion.server.metrics import MetricsEndpoint
 from pion.server.persist import RecoveryError
 from pion.server.state import build_state, close_state, open_state
 from pion.server.tls import make_server_context
@@ -82,6 +81,7 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
         # Metrics before the RESP port: its latency buckets count from the first command. Under
         # -w N only worker 0 serves them (its own counters; one port cannot be bound N times).
         if config.metrics_port and (worker is None or worker.worker_id == 0):
+            from pion.server.metrics import MetricsEndpoint  # prometheus-client: ~0.1 s, only with the flag
             state.metrics = MetricsEndpoint(state)
             await state.metrics.start()
         await server.start(reuse_port=worker is not None)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-
-import snowballstemmer
+from functools import cache
+from typing import Any
 
 DEFAULT_STOPWORDS = frozenset((
     "a", "is", "the", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in",
@@ -31,7 +31,13 @@ SEPARATORS = re.compile(r"[\s,.<>{}\[\]\"':;!@#$%^&*()\-+=~/\\|?`]+")
 BM25_K1 = 1.2
 BM25_B = 0.75
 
-_STEMMER = snowballstemmer.stemmer("english")
+
+@cache
+def _stemmer() -> Any:
+    """The English stemmer, built on first use: the package's import costs every server start
+    ~50 ms of CPU, and most servers never index text."""
+    import snowballstemmer
+    return snowballstemmer.stemmer("english")
 
 
 class Analyzer:
@@ -46,15 +52,15 @@ class Analyzer:
 
     def terms(self, text: str, stem: bool = True) -> list[str]:
         words = self.tokens(text)
-        return _STEMMER.stemWords(words) if stem else words
+        return _stemmer().stemWords(words) if stem else words
 
     @staticmethod
     def stem_all(words: list[str]) -> list[str]:
-        return list(_STEMMER.stemWords(words))
+        return list(_stemmer().stemWords(words))
 
     @staticmethod
     def stem(word: str) -> str:
-        return str(_STEMMER.stemWord(word.lower()))
+        return str(_stemmer().stemWord(word.lower()))
 
 
 class TextField:
@@ -115,7 +121,7 @@ class TextField:
         """Docs holding a word (as written) that starts with ``prefix`` -> BM25 of its stem."""
         words = [w for w in self.exact if w.startswith(prefix)]
         holders = set().union(*(self.exact[w] for w in words)) if words else set()
-        stems = {str(_STEMMER.stemWord(w)) if self.stem else w for w in words}
+        stems = {str(_stemmer().stemWord(w)) if self.stem else w for w in words}
         scores: dict[int, float] = {}
         for stem in stems:
             for doc, score in self.matching(stem).items():
