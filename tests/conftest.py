@@ -24,6 +24,24 @@ EMBEDDER_FIXTURES = frozenset({"minilm", "distilled", "rag_proxy", "routed"})
 # Packages whose tests need only the core dependencies (numpy/hiredis/uvloop/redis/ml_dtypes/
 # crc32c + the test tools): their tests that are not slow are marked ``core`` (make test-core).
 CORE_PACKAGES = frozenset({"server", "persist", "crash", "codecs", "common"})
+# Test modules that are long workloads by design: they stay in `make test` (and, where core, in
+# `make test-core`) but not in the developer's `make test-fast` (< 2 min). Each says why.
+LONG_WORKLOAD_MODULES = {
+    "server/test_fuzz_commands.py": "hypothesis fuzzing of every command",
+    "server/test_fuzz_framing.py": "hypothesis fuzzing of RESP frames and splits",
+    "server/test_fuzz_attend.py": "hypothesis fuzzing of ATTEND.PREFIX.* (torch kernels)",
+    "server/test_search_fuzz.py": "hypothesis fuzzing of FT.* against an oracle",
+    "crash/test_kill9.py": "kill -9 under concurrent writers, then recovery",
+    "crash/test_kill9_batched.py": "kill -9 under pipelined writers, then recovery",
+    "server/test_workers_lifecycle.py": "N worker processes started, killed and restarted",
+    "server/test_cold_tier.py": "a six-node Redis Cluster and two pion-server fronts",
+    "client/test_hybrid_prompt_cache.py": "builds and runs four hybrid (SSM) transformers models",
+    "client/test_stage2_tiny_llama.py": "runs a Llama model through every Stage-2 lane",
+    "integrations/test_lmcache_chunks.py": "LMCache-shaped multi-megabyte chunk traffic",
+    "server/test_compiled_build.py": "builds and runs a mypyc-compiled copy of the tree",
+    "server/test_server_core_install.py": "servers in an interpreter with the extras hidden",
+    "llm/test_pion_up_orphans.py": "the whole `pion up` process tree, killed in several ways",
+}
 # ATTEND.PREFIX.* runs torch kernels (the [runtime] extra): on a core install its test modules
 # are not collected, and tests/server/test_server_core_install.py checks the -ERR it answers.
 if importlib.util.find_spec("torch") is None:
@@ -36,9 +54,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if (MODEL_FIXTURES | EMBEDDER_FIXTURES).intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        package = item.path.relative_to(TESTS_DIR).parts[0]
-        if package in CORE_PACKAGES and item.get_closest_marker("slow") is None:
+        relative = item.path.relative_to(TESTS_DIR)
+        if relative.parts[0] in CORE_PACKAGES and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.core)
+        if relative.as_posix() in LONG_WORKLOAD_MODULES:
+            item.add_marker(pytest.mark.slow)  # after ``core``: a long core test is still core
 
 
 @pytest.fixture

@@ -200,6 +200,7 @@ def register_prefix(r: redis.Redis, ns: str, k: np.ndarray, v: np.ndarray, fmt: 
         assert r.execute_command("V.STOREBATCH", ns + side, 0, 0, rows.tobytes(), "DTYPE", "f32") == n
 
 
+@pytest.mark.slow  # a long workload: make test runs it, make test-fast skips it
 def test_the_257th_session_demotes_the_first_which_answers_coldmiss_until_warmed(tmp_path: Path) -> None:
     server = start_server(tmp_path / "data")
     try:
@@ -232,6 +233,7 @@ def test_the_257th_session_demotes_the_first_which_answers_coldmiss_until_warmed
         server.stop()
 
 
+@pytest.mark.slow  # a long workload: make test runs it, make test-fast skips it
 def test_after_a_restart_attend_state_is_gone_and_warm_rebuilds_it_from_the_v_store(tmp_path: Path) -> None:
     k, v, q = rand(2, 40, D), rand(2, 40, D, seed=1), rand(4, 3, D, seed=2)
     server = start_server(tmp_path / "data", "--appendfsync", "always")

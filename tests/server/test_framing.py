@@ -311,6 +311,7 @@ def test_sigterm_during_a_long_keys_exits_promptly(tmp_path: Path) -> None:
 
 
 # ---- redis-cli --pipe ---------------------------------------------------------------------------
+@pytest.mark.slow  # a long workload: make test runs it, make test-fast skips it
 def test_redis_cli_pipe_stores_every_key(tmp_path: Path) -> None:
     if shutil.which("redis-cli") is None:
         pytest.skip("redis-cli is not installed (apt-get install -y redis-tools)")
