@@ -220,11 +220,12 @@ def test_a_bad_lookup_is_refused_and_promotes_nothing(fronts: list[ServerProcess
     assert stats(b)["coldtier_promotions"] == 0
 
 
-def test_pion_stats_adds_the_cold_tier_fields_after_the_sixteen(fronts: list[ServerProcess],
+def test_pion_stats_adds_the_eight_cold_tier_fields_after_the_sixteen(fronts: list[ServerProcess],
                                                                  pion_server: ServerProcess) -> None:
     names = list(stats(fronts[0].client()))
     assert names[16:] == ["coldtier_hits", "coldtier_misses", "coldtier_promotions", "coldtier_demotions",
-                          "coldtier_bytes_read", "coldtier_bytes_written", "coldtier_errors"]
+                          "coldtier_bytes_read", "coldtier_bytes_written", "coldtier_errors",
+                          "coldtier_invalidations"]
     assert len(stats(pion_server.client())) == 16
 
 
@@ -282,6 +283,84 @@ def test_concurrent_lookups_of_a_cold_prefix_on_one_front_share_one_promotion(fr
     got = stats(b.client())
     assert (got["coldtier_promotions"], got["kvprefix_hits"]) == (1, 8)
     assert got["coldtier_bytes_read"] == 2 * LAYERS * TOKENS * KV_DIM * 2
+
+
+def wait_invalidations(conn: redis.Redis, n: int) -> None:
+    """Until the front has dropped n warm copies on hearing other fronts (pub/sub is asynchronous)."""
+    deadline = time.monotonic() + 10
+    while stats(conn)["coldtier_invalidations"] != n:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_a_drop_on_front_a_makes_front_b_drop_its_promoted_copy(fronts: list[ServerProcess]) -> None:
+    a, b = (s.client() for s in fronts)
+    store_prefix(a, "inval-drop", seed=13)
+    assert b.execute_command("KV.PREFIX.LOOKUP", "inval-drop") == b"HIT"
+    assert a.execute_command("KV.PREFIX.DROP", "inval-drop") == 1
+    wait_invalidations(b, 1)
+    assert b.execute_command("V.LIST", "inval-drop*") == []
+    assert b.execute_command("KV.PREFIX.LOOKUP", "inval-drop") == b"MISS"
+    assert stats(a)["coldtier_invalidations"] == 0  # a front ignores its own announcements
+
+
+def test_a_drop_on_front_b_drops_the_copy_front_a_registered_itself(fronts: list[ServerProcess]) -> None:
+    a, b = (s.client() for s in fronts)
+    store_prefix(a, "inval-owner", seed=14)
+    assert b.execute_command("KV.PREFIX.DROP", "inval-owner") == 1
+    wait_invalidations(a, 1)
+    assert a.execute_command("KV.PREFIX.LOOKUP", "inval-owner") == b"MISS"
+
+
+def test_a_re_registration_after_a_drop_is_served_fresh_by_front_b(fronts: list[ServerProcess]) -> None:
+    a, b = (s.client() for s in fronts)
+    store_prefix(a, "inval-again", seed=15)
+    assert b.execute_command("KV.PREFIX.LOOKUP", "inval-again") == b"HIT"
+    assert a.execute_command("KV.PREFIX.DROP", "inval-again") == 1
+    fresh = store_prefix(a, "inval-again", seed=16)
+    wait_invalidations(b, 1)
+    assert b.execute_command("KV.PREFIX.LOOKUP", "inval-again") == b"HIT"
+    for (side, layer), block in fresh.items():
+        assert fetch(b, "inval-again", side, layer) == block.tobytes()
+    assert stats(b)["coldtier_promotions"] == 2
+
+
+def test_warm_hits_on_a_subscribed_front_do_not_read_the_cold_tier(fronts: list[ServerProcess]) -> None:
+    a, b = (s.client() for s in fronts)
+    store_prefix(a, "inval-quiet", seed=17)
+    assert b.execute_command("KV.PREFIX.LOOKUP", "inval-quiet") == b"HIT"
+    before = stats(b)
+    for _ in range(5):
+        assert b.execute_command("KV.PREFIX.LOOKUP", "inval-quiet") == b"HIT"
+    after = stats(b)
+    assert (after["coldtier_hits"], after["coldtier_misses"], after["kvprefix_hits"]) == (
+        before["coldtier_hits"], before["coldtier_misses"], int(before["kvprefix_hits"]) + 5)  # type: ignore[call-overload]
+
+
+def test_a_front_that_was_down_during_a_drop_rechecks_its_copy_and_misses(
+        tmp_path: Path, cluster: RedisCluster) -> None:
+    a_proc = start_server(tmp_path / "a", "--cold-tier", cluster.url)
+    b_proc = start_server(tmp_path / "b", "--cold-tier", cluster.url)
+    try:
+        store_prefix(a_proc.client(), "inval-away", seed=18)
+        kept = store_prefix(a_proc.client(), "inval-kept", seed=19)
+        for ns in ("inval-away", "inval-kept"):
+            assert b_proc.client().execute_command("KV.PREFIX.LOOKUP", ns) == b"HIT"
+        b_proc.stop()
+        assert a_proc.client().execute_command("KV.PREFIX.DROP", "inval-away") == 1
+        b_proc = start_server(tmp_path / "b", "--cold-tier", cluster.url, port=b_proc.port)
+        b = b_proc.client()
+        assert b.execute_command("V.LIST", "inval-*") == [b"inval-away_pk", b"inval-away_pv",
+                                                          b"inval-kept_pk", b"inval-kept_pv"]  # from its WAL
+        assert b.execute_command("KV.PREFIX.LOOKUP", "inval-away") == b"MISS"  # re-checked: gone
+        assert b.execute_command("KV.PREFIX.LOOKUP", "inval-kept") == b"HIT"  # re-checked: current
+        assert fetch(b, "inval-kept", "pk", 1) == kept[("pk", 1)].tobytes()
+        got = stats(b)
+        assert (got["coldtier_invalidations"], got["coldtier_promotions"]) == (1, 0)
+        assert b.execute_command("V.LIST", "inval-*") == [b"inval-kept_pk", b"inval-kept_pv"]
+    finally:
+        a_proc.stop()
+        b_proc.stop()
 
 
 def test_after_a_master_is_killed_and_its_replica_takes_over_the_prefix_is_still_served(

@@ -28,6 +28,7 @@ from pion.common.binary_frames import (
     parse_request_header, split_fields,
 )
 from pion.common.errors import CommandError, arity_error
+from pion.server.coldtier.stage2 import binary_lane_specs
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import ClientState, CommandContext
 from pion.server.resp.replies import SimpleString
@@ -215,6 +216,6 @@ def start_binary_lane(state: ServerState) -> BinaryLane | None:
     starts it beside the RESP listener and closes it after)."""
     if state.config.binary_port == 0 and not tls_binary_port(state.config):
         return None
-    lane = BinaryLane(state, state.table.specs)
+    lane = BinaryLane(state, binary_lane_specs(state.table.specs, state.cold_tier))  # sync variants
     lane.listen()
     return lane

@@ -49,7 +49,7 @@ def build_state(config: ServerConfig, worker: WorkerRuntime | None = None,
                                          config.wal_repair))
     tenants = TenantRegistry(config.tenants, config.requirepass, config.ns_prefix, receipt)
     table = build_table()
-    cold_tier = install_cold_tier(config, stores.vstore, receipt, table.specs)  # None without --cold-tier
+    cold_tier = install_cold_tier(config, stores, receipt, table.specs)  # None without --cold-tier
     if worker is not None:
         route_table(table, worker)
     dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us,

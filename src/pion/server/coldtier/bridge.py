@@ -13,19 +13,33 @@ Modes (``--cold-tier-mode``):
            them); a clean shutdown flushes first.
 In both modes a failed cluster write is logged, counted and retried by the flusher; the
 client's write to the warm tier still succeeds (the cold tier is a cache, not the record).
+
+Consistency across fronts (``invalidation.py``): a fresh registration gets a new generation;
+a DROP or a registration on another front, heard on the invalidation channel, drops this
+front's warm copy (and its ATTEND slots) unless it is of the announced generation; a warm hit
+held since before the last (re)subscription re-reads the generation once (``refresh``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from pion.common.errors import CommandError
 from pion.common.ids import K_SUFFIX, V_SUFFIX, SessionId, k_session, v_session
+from pion.server.coldtier.freshness import Freshness
+from pion.server.coldtier.invalidation import Subscriber
 from pion.server.coldtier.layout import PrefixMeta
 from pion.server.coldtier.tier import ColdTier, LayerRows
+from pion.server.store.attend_slots import AttendSlots
 from pion.server.store.prefixes import BlockTable, PrefixEntry
 from pion.server.store.vstore import VStore
+
+if TYPE_CHECKING:
+    from pion.server.commands.spec import CommandSpec
 
 log = logging.getLogger("pion.server.coldtier")
 
@@ -33,6 +47,8 @@ FLUSH_INTERVAL_S = 0.01  # write-behind: how long dirty layers wait (to coalesce
 RETRY_INTERVAL_S = 1.0  # after a failed cluster write
 META = ("meta", -1)  # the pending-set marker for "write the index meta"
 Part = tuple[str, int]
+ATTN_SUFFIX = "_attn"  # PionPromptCache's ATTEND session of a prefix (pion.client.stage2.wire)
+MAX_DEMOTED = 4096  # namespaces remembered as demoted (for ATTEND's -COLDMISS), oldest forgotten
 
 
 def side_of(sid: str) -> tuple[str, str] | None:
@@ -54,30 +70,43 @@ def meta_of(entry: PrefixEntry) -> PrefixMeta:
 class ColdBridge:
     """One front's cold-tier policy over its V-store."""
 
-    def __init__(self, tier: ColdTier, vstore: VStore) -> None:
+    def __init__(self, tier: ColdTier, vstore: VStore, attend: AttendSlots | None = None) -> None:
         self.tier = tier
         self.vstore = vstore
+        self.attend = attend
+        self.fresh = Freshness()
+        self.demoted: OrderedDict[str, None] = OrderedDict()  # evicted here, kept in the cold tier
+        self._subscriber: Subscriber | None = None
+        self.binary_specs: dict[str, CommandSpec] = {}  # sync Stage-2 variants (stage2.binary_lane_specs)
+        self._writing: dict[str, int] = {}  # namespaces with a cold write in flight (own writes)
         self.pending: dict[str, set[Part]] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._demotions: set[asyncio.Task[bool]] = set()
         self._promoting: dict[str, asyncio.Future[bool]] = {}  # one cold read per namespace at a time
+        self._invalidated: set[str] = set()  # of those in _promoting: heard an invalidation meanwhile
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         """After recovery (replayed evictions are not demotions): hook the V-store, start the flusher."""
         self.vstore.before_evict = self.before_evict
-        self._flusher = asyncio.get_running_loop().create_task(self._flush_forever())
+        loop = asyncio.get_running_loop()
+        self._flusher = loop.create_task(self._flush_forever())
+        self._subscriber = Subscriber(self.tier.url, loop, self.invalidate, self.fresh.subscription)
+        self._subscriber.start()
 
     def close(self) -> None:
         """Stop the flusher and write what is still pending (a clean shutdown loses nothing)."""
         if self._flusher is not None:
             self._flusher.cancel()
             self._flusher = None
+        if self._subscriber is not None:
+            self._subscriber.stop()
+            self._subscriber = None
         for ns in list(self.pending):
             meta, layers = self._snapshot(ns, self.pending.pop(ns))
             if meta is not None or layers:
-                self.tier.write_blocking(ns, meta, layers)
+                self.tier.write_blocking(ns, meta, layers, self.fresh.gens.get(ns))
         self.tier.close()
 
     # ---- warm-tier reads -----------------------------------------------------------------
@@ -111,9 +140,26 @@ class ColdBridge:
                   if (rows := self._layer(ns, side, layer)) is not None]
         return meta, layers
 
+    def held_below(self, ns: str) -> bool:
+        """Sync, no cluster call: this front can rebuild ``ns``'s ATTEND side (KV.PREFIX.WARM)
+        from its V-store, or demoted it to the cold tier (a promotion brings it back)."""
+        store = self.vstore
+        if store.get(k_session(ns)) is not None and store.get(v_session(ns)) is not None:
+            return True
+        return ns in self.demoted
+
     # ---- the four hook points --------------------------------------------------------------
-    async def registered(self, ns: str) -> None:
-        """After KV.PREFIX.REGISTER(.SCHEMA): the index meta and whatever rows are already held."""
+    async def registered(self, ns: str, fresh: bool) -> None:
+        """After KV.PREFIX.REGISTER(.SCHEMA): the index meta and whatever rows are already held.
+
+        ``fresh`` (the namespace was not registered here before): a new generation, announced
+        once the cluster has the meta, so the other fronts drop any copy they hold of an
+        earlier registration. A re-confirmation keeps the generation (the rows did not change)."""
+        gen = self.fresh.gens.get(ns)
+        if fresh or gen is None:
+            gen = secrets.token_hex(8)
+        self.fresh.held(ns, gen)
+        self.demoted.pop(ns, None)
         await self._write(ns, self._all_parts(ns))
 
     async def stored(self, sid: str, layer: int) -> None:
@@ -123,8 +169,14 @@ class ColdBridge:
             return
         await self._write(which[0], {(which[1], layer)})
 
+    def needs_refresh(self, ns: str) -> bool:
+        """Before a LOOKUP answers: a warm miss (promote), or a warm copy this front cannot vouch
+        for (no subscription, or held since before the last resubscription: re-read its generation)."""
+        return self.warm_absent(ns) or not self.fresh.trusted(ns)
+
     async def promote(self, ns: str) -> bool:
-        """A warm miss: read the index (one round trip); on a cold hit copy the rows in.
+        """A warm miss: read the index (one round trip); on a cold hit copy the rows in. A warm
+        copy that is not trusted is checked against the index first (``_revalidate``).
 
         Concurrent LOOKUPs of one namespace on this front share one promotion (single flight):
         a popular prefix is read from its shard once per front, not once per waiting client."""
@@ -135,17 +187,36 @@ class ColdBridge:
         self._promoting[ns] = future
         result = False
         try:
-            result = await self._promote(ns)
+            if not self.warm_absent(ns) and await self._revalidate(ns):
+                result = True
+            else:
+                result = await self._promote(ns)
         finally:
             del self._promoting[ns]
+            self._invalidated.discard(ns)
             future.set_result(result)  # on an exception the waiters read a miss
         return result
+
+    async def _revalidate(self, ns: str) -> bool:
+        """A warm copy nobody vouched for: True to keep serving it, False once it was dropped
+        as stale (the caller then promotes whatever the cold tier holds now)."""
+        reachable, index = await self.tier.read_index_checked(ns)
+        if not reachable or ns in self.pending or ns in self._writing:
+            return True  # cannot tell, or our own write is not there yet: keep serving
+        if ns in self._invalidated:
+            return False  # invalidate() already dropped it, or it is of another generation now
+        local = self.fresh.gens.get(ns)
+        if index is not None and local in (None, index.gen):
+            self.fresh.held(ns, index.gen)  # a recovered copy adopts the cluster's generation
+            return True
+        self._drop_warm(ns)  # dropped or re-registered elsewhere while we were not listening
+        return False
 
     async def _promote(self, ns: str) -> bool:
         tier, stats = self.tier, self.tier.stats
         index = await tier.read_index(ns)
         rows = await tier.read_rows(ns, index) if index is not None and index.hit() else None
-        if index is None or rows is None:
+        if index is None or rows is None or ns in self._invalidated:
             stats.coldtier_misses += 1
             return False
         if not self.warm_absent(ns):  # another client brought it in while we waited
@@ -163,9 +234,40 @@ class ColdBridge:
             self.vstore.drop_prefixes([ns])
             stats.coldtier_misses += 1
             return False
+        self.fresh.held(ns, index.gen)
+        self.demoted.pop(ns, None)
         stats.coldtier_hits += 1
         stats.coldtier_promotions += 1
         return True
+
+    def invalidate(self, front: str, gen: str | None, ns: str) -> None:
+        """Heard on the invalidation channel (run on the loop): another front dropped ``ns``
+        (``gen`` None) or registered it afresh. Drop our copy unless it is that generation."""
+        if front == self.tier.front_id:
+            return
+        if ns in self._promoting:
+            self._invalidated.add(ns)  # a promotion reading the old rows must not install them
+        self.demoted.pop(ns, None)
+        if self.warm_absent(ns):
+            self.fresh.forget(ns)
+            return
+        if gen is not None and self.fresh.gens.get(ns) == gen:
+            return  # our copy is of that registration (e.g. its meta re-written by a demotion)
+        self._drop_warm(ns)
+
+    def _drop_warm(self, ns: str) -> None:
+        """Forget this front's copy of a prefix that went stale: V-store (journaled, so a restart
+        does not bring it back), ATTEND slots, pending writes."""
+        self.vstore.drop_prefixes([ns])
+        self.forget_attend(ns)
+        self.pending.pop(ns, None)
+        self.fresh.forget(ns)
+        self.tier.stats.coldtier_invalidations += 1
+
+    def forget_attend(self, ns: str) -> None:
+        if self.attend is not None:
+            self.attend.forget(ns)
+            self.attend.forget(ns + ATTN_SUFFIX)
 
     async def blocks(self, ns: str) -> BlockTable | None:
         """KV.PREFIX.BLOCKS / MEMBERSHIP on a front without the prefix: the cold index's table."""
@@ -178,6 +280,9 @@ class ColdBridge:
         """After KV.PREFIX.DROP: drop everywhere; the namespaces the cold tier held."""
         for ns in namespaces:
             self.pending.pop(ns, None)
+            self.fresh.forget(ns)
+            self.demoted.pop(ns, None)
+            self.forget_attend(ns)
         return await self.tier.drop(namespaces) or set()
 
     def before_evict(self, sids: list[SessionId]) -> None:
@@ -190,11 +295,16 @@ class ColdBridge:
             if self.vstore.prefix(ns) is None:
                 continue
             self.tier.stats.coldtier_demotions += 1
+            self.demoted[ns] = None
+            self.demoted.move_to_end(ns)
+            while len(self.demoted) > MAX_DEMOTED:
+                self.demoted.popitem(last=False)
             parts = self.pending.pop(ns, None)
             if parts is None:
                 continue
             meta, layers = self._snapshot(ns, self._all_parts(ns))
-            task = asyncio.get_running_loop().create_task(self.tier.write(ns, meta, layers))
+            task = asyncio.get_running_loop().create_task(self.tier.write(ns, meta, layers,
+                                                                          self.fresh.gens.get(ns)))
             self._demotions.add(task)
             task.add_done_callback(self._demotions.discard)
 
@@ -205,7 +315,14 @@ class ColdBridge:
             self._wake.set()
             return
         meta, layers = self._snapshot(ns, parts)
-        if not await self.tier.write(ns, meta, layers):
+        self._writing[ns] = self._writing.get(ns, 0) + 1
+        try:
+            written = await self.tier.write(ns, meta, layers, self.fresh.gens.get(ns))
+        finally:
+            left = self._writing.pop(ns) - 1
+            if left:
+                self._writing[ns] = left
+        if not written:
             self.pending.setdefault(ns, set()).update(parts)  # retried by the flusher
             self._wake.set()
 
@@ -220,7 +337,8 @@ class ColdBridge:
                 if not parts:
                     continue
                 meta, layers = self._snapshot(ns, parts)
-                if (meta is not None or layers) and not await self.tier.write(ns, meta, layers):
+                gen = self.fresh.gens.get(ns)
+                if (meta is not None or layers) and not await self.tier.write(ns, meta, layers, gen):
                     self.pending.setdefault(ns, set()).update(parts)
                     failed = True
             if failed:

@@ -10,7 +10,12 @@ server without a cold tier runs exactly the code it ran before.
   KV.PREFIX.LOOKUP          on a warm miss: cold index (1 round trip), promote on a cold hit,
                             then the original answers (+HIT now, with the receipt credited)
   KV.PREFIX.BLOCKS / MEMBERSHIP  on a warm +UNKNOWN: the cold index's block table
-  KV.PREFIX.DROP            original, then drop in the cold tier; the count is the union
+  KV.PREFIX.DROP            original, then drop in the cold tier (and announce it: every
+                            front drops its warm copy); the count is the union
+  ATTEND.PREFIX.LOOKUP / QUERY* / KV.PREFIX.WARM   the Stage-2 side (``stage2.py``)
+
+A LOOKUP that hits a warm copy this front cannot vouch for (``freshness.py``) re-reads its
+generation first; a stale copy is dropped and the current one promoted.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pion.common.ids import k_session, v_session
 from pion.server.coldtier.bridge import ColdBridge
+from pion.server.coldtier.stage2 import wrap_stage2
 from pion.server.commands.kvprefix import DEFERRED, UNKNOWN, parse_hash_blob, parse_lookup_options
 from pion.server.commands.spec import CommandSpec
 from pion.server.commands.store_args import parse_int, word
@@ -42,9 +48,11 @@ def _storebatch(original: Sync, bridge: ColdBridge) -> Async:
 
 def _register(original: Sync, bridge: ColdBridge) -> Async:
     async def cmd_kvprefix_register(ctx: CommandContext, args: list[bytes]) -> Any:
+        ns = word(args[0]) if args else ""
+        fresh = bridge.vstore.prefix(ns) is None
         result = original(ctx, args)
         if result is not DEFERRED:  # --admission 2hit deferred it: nothing was created
-            await bridge.registered(word(args[0]))
+            await bridge.registered(ns, fresh)
         return result
     return cmd_kvprefix_register
 
@@ -53,7 +61,7 @@ def _lookup(original: Sync, bridge: ColdBridge) -> Async:
     async def cmd_kvprefix_lookup(ctx: CommandContext, args: list[bytes]) -> Any:
         parse_lookup_options(args)  # a bad LOOKUP is refused before anything moves
         ns = word(args[0])
-        if bridge.warm_absent(ns):
+        if bridge.needs_refresh(ns):
             await bridge.promote(ns)
         return original(ctx, args)
     return cmd_kvprefix_lookup
@@ -105,7 +113,8 @@ WRAPPERS: dict[str, Callable[[Sync, ColdBridge], Async]] = {
 
 
 def wrap_commands(specs: dict[str, CommandSpec], bridge: ColdBridge) -> None:
-    """Swap the seven handlers in ``specs`` (before the Dispatcher copies them)."""
+    """Swap the seven handlers, and the Stage-2 ones, in ``specs`` (before the Dispatcher copies them)."""
     for name, make in WRAPPERS.items():
         spec = specs[name]
         specs[name] = dataclasses.replace(spec, handler=make(spec.handler, bridge))
+    bridge.binary_specs = wrap_stage2(specs, bridge)

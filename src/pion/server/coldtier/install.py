@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 from pion.server.commands.spec import CommandSpec
 from pion.server.config import ServerConfig
 from pion.server.receipt import Receipt
-from pion.server.store.vstore import VStore
+from pion.server.store.stores import Stores
 
 if TYPE_CHECKING:
     from pion.server.coldtier.bridge import ColdBridge
 
 
-def install_cold_tier(config: ServerConfig, vstore: VStore, receipt: Receipt,
+def install_cold_tier(config: ServerConfig, stores: Stores, receipt: Receipt,
                       specs: dict[str, CommandSpec]) -> ColdBridge | None:
     """None without ``--cold-tier``; else the bridge, its handlers swapped into ``specs`` and
     its counters added to PION.STATS. ``bridge.start()`` runs after recovery (open_state)."""
@@ -30,7 +30,7 @@ def install_cold_tier(config: ServerConfig, vstore: VStore, receipt: Receipt,
     from pion.server.coldtier.url import parse_cold_tier_url
 
     tier = ColdTier(parse_cold_tier_url("--cold-tier", config.cold_tier), config.cold_tier_mode)
-    bridge = ColdBridge(tier, vstore)
+    bridge = ColdBridge(tier, stores.vstore, stores.attend)
     wrap_commands(specs, bridge)
     receipt.sections.append(tier.stats)
     return bridge

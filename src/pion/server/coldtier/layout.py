@@ -1,7 +1,8 @@
 """Key layout in the cold tier: everything of one prefix shares the ``{ns}`` hash tag.
 
-  pion:{<ns>}:idx        hash: ``meta`` (JSON: kv_dim, formats, layers, block table, prefill_ms)
-                         and ``k:<layer>`` / ``v:<layer>`` -> rows stored in that layer
+  pion:{<ns>}:idx        hash: ``meta`` (JSON: kv_dim, formats, layers, block table, prefill_ms),
+                         ``gen`` (the registration's generation, below) and
+                         ``k:<layer>`` / ``v:<layer>`` -> rows stored in that layer
   pion:{<ns>}:k:<layer>  string: the K side's encoded rows of one layer, in its Pion format
   pion:{<ns>}:v:<layer>  string: the V side's
 
@@ -9,6 +10,12 @@ The hash tag puts a prefix in one slot, so it lives on one shard, moves as one w
 resharded, and one pipeline (one round trip) reads or writes all of it. The index is small
 (a few hundred bytes plus 8 bytes per block hash), so a LOOKUP on a cold front costs one
 round trip of one small reply.
+
+Invalidation (docs/scale-out.md, "Consistency"): every fresh registration gets a random
+generation ``gen``; a front that writes an index's meta, or drops a prefix, publishes
+``<front> <gen|-> <ns>`` on the ``pion:invalidate`` channel (classic pub/sub: a cluster
+broadcasts it to every node, so a subscriber on any node hears every front). A front holding a
+warm copy of ``ns`` under another generation drops it.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ import json
 from dataclasses import dataclass, field
 
 SIDES = ("k", "v")
+GEN_FIELD = "gen"
+CHANNEL = "pion:invalidate"
+DROPPED = "-"  # the generation an invalidation of a dropped prefix carries
 
 
 def tag(ns: str) -> str:
@@ -33,6 +43,21 @@ def rows_key(ns: str, side: str, layer: int) -> str:
 
 def rows_field(side: str, layer: int) -> str:
     return f"{side}:{layer}"
+
+
+def invalidation(front: str, gen: str | None, ns: str) -> str:
+    """The message: the namespace goes last, so it may hold spaces."""
+    return f"{front} {gen or DROPPED} {ns}"
+
+
+def parse_invalidation(data: bytes | str) -> tuple[str, str | None, str] | None:
+    """(front, gen or None for a drop, ns); None for a message that is not ours."""
+    text = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
+    parts = text.split(" ", 2)
+    if len(parts) != 3 or not parts[0] or not parts[1]:
+        return None
+    front, gen, ns = parts
+    return front, None if gen == DROPPED else gen, ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +94,7 @@ class ColdIndex:
 
     meta: PrefixMeta
     rows: dict[tuple[str, int], int] = field(default_factory=dict)  # (side, layer) -> rows
+    gen: str | None = None  # None: written by a build without generations
 
     @classmethod
     def decode(cls, raw: dict[bytes, bytes]) -> ColdIndex | None:
@@ -81,7 +107,8 @@ class ColdIndex:
             side, sep, layer = name.decode().partition(":")
             if sep and side in SIDES and layer.isdigit():
                 rows[(side, int(layer))] = int(value)
-        return cls(PrefixMeta.from_json(meta), rows)
+        gen = raw.get(GEN_FIELD.encode())
+        return cls(PrefixMeta.from_json(meta), rows, None if gen is None else gen.decode())
 
     def hit(self) -> bool:
         """The warm tier's rule (VStore.lookup_prefix): with LAYERS n, all 2n layers hold the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,9 @@ from redis.backoff import ConstantBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
-from pion.server.coldtier.layout import ColdIndex, PrefixMeta, index_key, rows_field, rows_key
+from pion.server.coldtier.layout import (
+    CHANNEL, GEN_FIELD, ColdIndex, PrefixMeta, index_key, invalidation, rows_field, rows_key,
+)
 from pion.server.coldtier.url import ColdTierUrl
 
 log = logging.getLogger("pion.server.coldtier")
@@ -49,6 +52,7 @@ class ColdStats:
     coldtier_bytes_read: int = 0  # encoded row bytes moved cold -> warm
     coldtier_bytes_written: int = 0  # encoded row bytes moved warm -> cold
     coldtier_errors: int = 0  # cluster calls that failed (logged)
+    coldtier_invalidations: int = 0  # warm copies dropped because another front dropped or re-registered them
 
     def fields(self) -> dict[str, int | float]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -88,6 +92,7 @@ class ColdTier:
         self.url = url
         self.mode = mode  # "through" | "behind"
         self.stats = ColdStats()
+        self.front_id = secrets.token_hex(8)  # names this front's invalidations (it ignores its own)
         self._factory = client_factory
         self._client: Any = None
         self._readers = ThreadPoolExecutor(4, thread_name_prefix="pion-cold-read")
@@ -126,15 +131,21 @@ class ColdTier:
     # ---- reads ---------------------------------------------------------------------------
     async def read_index(self, ns: str) -> ColdIndex | None:
         """One round trip: the prefix's index hash (None: not there, or the tier is down)."""
+        return (await self.read_index_checked(ns))[1]
+
+    async def read_index_checked(self, ns: str) -> tuple[bool, ColdIndex | None]:
+        """As ``read_index``, plus whether the tier answered: (False, None) when it is down."""
         raw = await self._run(self._readers, f"index of '{ns}'",
                               lambda c: c.hgetall(index_key(ns)))
+        if raw is None:
+            return False, None
         if not raw:
-            return None
+            return True, None
         try:
-            return ColdIndex.decode(raw)
+            return True, ColdIndex.decode(raw)
         except (ValueError, KeyError, TypeError) as exc:
             self._failed(f"decoding the index of '{ns}'", exc)
-            return None
+            return True, None
 
     async def read_rows(self, ns: str, index: ColdIndex) -> list[LayerRows] | None:
         """Every layer the index lists, in one pipeline (one slot, so one shard, one round trip)."""
@@ -158,31 +169,38 @@ class ColdTier:
         return out
 
     # ---- writes --------------------------------------------------------------------------
-    @staticmethod
-    def _put(c: Any, ns: str, meta: PrefixMeta | None, layers: list[LayerRows]) -> bool:
-        """The rows, then their counts (and the meta) in the index: one pipeline, one slot."""
+    def _put(self, c: Any, ns: str, meta: PrefixMeta | None, layers: list[LayerRows], gen: str | None) -> bool:
+        """The rows, then their counts (and the meta and generation) in the index: one pipeline,
+        one slot. A write that carries the meta is then announced (one PUBLISH), after the
+        cluster acknowledged it: a front that hears it and re-promotes reads these rows."""
         pipe = c.pipeline(transaction=False)
         for part in layers:
             pipe.set(rows_key(ns, part.side, part.layer), part.data)
         mapping: dict[str, str | int] = {rows_field(p.side, p.layer): p.rows for p in layers}
         if meta is not None:
             mapping["meta"] = meta.to_json()
+            if gen is not None:
+                mapping[GEN_FIELD] = gen
         if mapping:
             pipe.hset(index_key(ns), mapping=mapping)
         pipe.execute()
+        if meta is not None and gen is not None:
+            c.publish(CHANNEL, invalidation(self.front_id, gen, ns))
         return True
 
-    async def write(self, ns: str, meta: PrefixMeta | None, layers: list[LayerRows]) -> bool:
-        """Write the meta (if given) and these layers; True once the cluster acknowledged."""
-        done = await self._run(self._writer, f"writing '{ns}'", lambda c: self._put(c, ns, meta, layers))
+    async def write(self, ns: str, meta: PrefixMeta | None, layers: list[LayerRows], gen: str | None = None) -> bool:
+        """Write the meta (if given, with its generation) and these layers; True once the
+        cluster acknowledged."""
+        done = await self._run(self._writer, f"writing '{ns}'", lambda c: self._put(c, ns, meta, layers, gen))
         if done:
             self.stats.coldtier_bytes_written += sum(len(p.data) for p in layers)
         return bool(done)
 
-    def write_blocking(self, ns: str, meta: PrefixMeta | None, layers: list[LayerRows]) -> bool:
+    def write_blocking(self, ns: str, meta: PrefixMeta | None, layers: list[LayerRows],
+                       gen: str | None = None) -> bool:
         """The same write from the calling thread (shutdown, when no loop runs any more)."""
         try:
-            self._put(self._get_client(), ns, meta, layers)
+            self._put(self._get_client(), ns, meta, layers, gen)
         except Exception as exc:  # logged and counted like every other cold-tier failure
             self._failed(f"writing '{ns}' at shutdown", exc)
             return False
@@ -207,6 +225,8 @@ class ColdTier:
                     pipe.delete(key)
                 pipe.execute()
                 gone.add(ns)
+            for ns in namespaces:  # every front drops its warm copy, held or not here
+                c.publish(CHANNEL, invalidation(self.front_id, None, ns))
             return gone
 
         return await self._run(self._writer, "dropping " + " ".join(namespaces), delete)

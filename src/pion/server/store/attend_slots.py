@@ -66,6 +66,16 @@ class ColdMiss(CommandError):
         self.sid, self.layer = sid, layer
 
 
+class SlotNotFound(CommandError):
+    """A query named a slot this server never held (or forgot): ``-ERR session ... not found``.
+    Its own class so a cold-tier front can answer ``-COLDMISS`` instead when the prefix's
+    K/V are in a tier below (pion.server.coldtier.stage2)."""
+
+    def __init__(self, sid: str, layer: int) -> None:
+        super().__init__(f"session '{sid}' layer {layer} not found (ATTEND.PREFIX.STORE it first)")
+        self.sid, self.layer = sid, layer
+
+
 class AttendSlots:
     """Warm slots in LRU order plus the cold registry; counters for KV.PREFIX.INFO.
 
@@ -109,7 +119,7 @@ class AttendSlots:
         if slot is None:
             if key in self._cold:
                 raise ColdMiss(*key)
-            raise CommandError(f"session '{key[0]}' layer {key[1]} not found (ATTEND.PREFIX.STORE it first)")
+            raise SlotNotFound(*key)
         slot.last_access = self._clock()
         self._warm.move_to_end(key)
         return slot
@@ -143,6 +153,17 @@ class AttendSlots:
 
     def cold_entry(self, key: SlotKey) -> ColdEntry | None:
         return self._cold.get(key)
+
+    def forget(self, sid: str) -> int:
+        """Forget every layer of ``sid``, warm and cold (its prefix was dropped or went stale
+        in the shared cold tier, docs/scale-out.md); how many entries went."""
+        warm = [key for key in self._warm if key[0] == sid]
+        for key in warm:
+            self.nbytes -= self._warm.pop(key).nbytes
+        cold = [key for key in self._cold if key[0] == sid]
+        for key in cold:
+            del self._cold[key]
+        return len(warm) + len(cold)
 
     def flush(self) -> None:
         """Forget every entry, warm and cold (FLUSHALL)."""
