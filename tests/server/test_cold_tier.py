@@ -19,6 +19,7 @@ import redis
 
 from support.procs import ServerProcess, free_port, start_server
 from support.redis_cluster import RedisCluster, cluster_tools_missing, start_cluster
+from support.workers import start_workers
 
 KV_DIM = 192  # SmolLM2-135M: 3 KV heads x 64
 LAYERS = 4
@@ -361,6 +362,30 @@ def test_a_front_that_was_down_during_a_drop_rechecks_its_copy_and_misses(
     finally:
         a_proc.stop()
         b_proc.stop()
+
+
+def test_under_w_2_one_worker_promotes_and_the_other_answers_from_the_directory(
+        tmp_path: Path, cluster: RedisCluster) -> None:
+    a_proc = start_server(tmp_path / "single", "--cold-tier", cluster.url)
+    group = start_workers(tmp_path / "w2", 2, "--cold-tier", cluster.url)
+    try:
+        a = a_proc.client()
+        sent = store_prefix(a, "workers-shared", seed=20)
+        w0, w1 = group.worker(0), group.worker(1)
+        assert w0.execute_command("KV.PREFIX.LOOKUP", "workers-shared") == b"HIT"  # promoted into worker 0
+        assert w1.execute_command("KV.PREFIX.LOOKUP", "workers-shared") == b"HIT"  # its directory entry
+        with pytest.raises(redis.ResponseError,
+                           match=f"^V.FETCH session lives on worker 0 127.0.0.1:{group.ports[0]}$"):
+            fetch(w1, "workers-shared", "pk", 1)
+        assert fetch(w0, "workers-shared", "pk", 1) == sent[("pk", 1)].tobytes()
+        assert (stats(w0)["coldtier_promotions"], stats(w1)["coldtier_promotions"]) == (1, 0)
+        assert w1.execute_command("KV.PREFIX.DROP", "workers-shared") == 1  # run by its owner, worker 0
+        assert w0.execute_command("V.LIST", "workers-shared*") == []
+        wait_invalidations(a, 1)  # the single front heard worker 0's announcement
+        assert a.execute_command("KV.PREFIX.LOOKUP", "workers-shared") == b"MISS"
+    finally:
+        group.server.stop()
+        a_proc.stop()
 
 
 def test_after_a_master_is_killed_and_its_replica_takes_over_the_prefix_is_still_served(

@@ -43,11 +43,11 @@ def test_a_bad_url_is_a_config_error_naming_the_problem(text: str, message: str)
     assert message in str(info.value)
 
 
-def test_a_cold_tier_with_shared_workers_is_refused_and_with_independent_workers_accepted() -> None:
-    with pytest.raises(ConfigError, match="--cold-tier cannot be combined with -w N > 1 yet"):
-        load_config(["--cold-tier", "redis://h:1", "-w", "2"], {})
+def test_a_cold_tier_is_accepted_with_shared_and_with_independent_workers() -> None:
+    config = load_config(["--cold-tier", "redis://h:1", "-w", "2"], {})
+    assert (config.cold_tier, config.workers, config.independent_workers) == ("redis://h:1", 2, False)
     config = load_config(["--cold-tier", "redis://h:1", "-w", "2", "--independent-workers"], {})
-    assert (config.cold_tier, config.workers) == ("redis://h:1", 2)
+    assert (config.cold_tier, config.workers, config.independent_workers) == ("redis://h:1", 2, True)
 
 
 def test_a_bad_cold_tier_mode_is_refused() -> None:

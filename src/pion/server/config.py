@@ -202,8 +202,4 @@ def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None
         # show a tenant other tenants' names (docs/security.md, "Tenants and workers").
         raise ConfigError("--tenant/--ns-prefix cannot be combined with -w N > 1 yet "
                           "(use -w 1, or --independent-workers)")
-    if config.cold_tier and config.workers > 1 and not config.independent_workers:
-        # A promoted prefix would not be published in the cross-worker directory (docs/scale-out.md).
-        raise ConfigError("--cold-tier cannot be combined with -w N > 1 yet "
-                          "(use -w 1, or --independent-workers: each worker is then its own front)")
     return config

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pion.common.errors import CommandError
@@ -77,6 +78,7 @@ class ColdBridge:
         self.fresh = Freshness()
         self.demoted: OrderedDict[str, None] = OrderedDict()  # evicted here, kept in the cold tier
         self._subscriber: Subscriber | None = None
+        self.on_promoted: list[Callable[[str], None]] = []  # -w N: publish it in the workers' directory
         self.binary_specs: dict[str, CommandSpec] = {}  # sync Stage-2 variants (stage2.binary_lane_specs)
         self._writing: dict[str, int] = {}  # namespaces with a cold write in flight (own writes)
         self.pending: dict[str, set[Part]] = {}
@@ -236,6 +238,8 @@ class ColdBridge:
             return False
         self.fresh.held(ns, index.gen)
         self.demoted.pop(ns, None)
+        for hook in self.on_promoted:
+            hook(ns)
         stats.coldtier_hits += 1
         stats.coldtier_promotions += 1
         return True

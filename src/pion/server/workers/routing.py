@@ -155,8 +155,11 @@ def publish_all(state: ServerState) -> None:
 
 
 def install_directory_hooks(state: ServerState) -> None:
-    """Retract a namespace when the V-store removes it (LRU eviction included); once per worker."""
+    """Retract a namespace when the V-store removes it (LRU eviction included), publish one the
+    cold tier promoted into this worker (docs/scale-out.md); once per worker."""
     state.stores.vstore.on_prefix_removed.append(lambda ns: _on_prefix_removed(state, ns))
+    if state.cold_tier is not None:
+        state.cold_tier.on_promoted.append(lambda ns: sync_prefix(state, ns))
 
 
 def _on_prefix_removed(state: ServerState, ns: str) -> None:
@@ -223,93 +226,139 @@ def _claim(ctx: CommandContext, command: str, kind: int, name: str) -> bool:
 
 
 # ---- wrappers -----------------------------------------------------------------------------------
-def _session_wrapper(command: str, handler: Handler) -> Handler:
-    write = command == "V.STOREBATCH"
+Before = Callable[["CommandContext", list[bytes]], Any]  # checks (raises the redirect); returns a token
+After = Callable[["CommandContext", list[bytes], Any], None]  # gets the token
+
+
+def _around(handler: Handler, before: Before, after: After | None = None, undo: After | None = None) -> Handler:
+    """``before``, the handler, then ``after`` (or ``undo`` when it raised CommandError). An
+    ``async`` handler (the cold tier's, docs/scale-out.md) gets an ``async`` wrapper, so the
+    dispatcher awaits it and ``after`` runs once its work is done; a sync one stays sync."""
+    if inspect.iscoroutinefunction(handler):
+        async def routed_async(ctx: CommandContext, args: list[bytes]) -> Any:
+            token = before(ctx, args)
+            try:
+                result = await handler(ctx, args)
+            except CommandError:
+                if undo is not None:
+                    undo(ctx, args, token)
+                raise
+            if after is not None:
+                after(ctx, args, token)
+            return result
+        return routed_async
 
     def routed(ctx: CommandContext, args: list[bytes]) -> Any:
+        token = before(ctx, args)
+        try:
+            result = handler(ctx, args)
+        except CommandError:
+            if undo is not None:
+                undo(ctx, args, token)
+            raise
+        if after is not None:
+            after(ctx, args, token)
+        return result
+    return routed
+
+
+def _session_wrapper(command: str, handler: Handler) -> Handler:
+    def before(ctx: CommandContext, args: list[bytes]) -> None:
         sid = word(args[0])
         if ctx.server.stores.vstore.get(sid) is None:
             _check_local(ctx, command, (KIND_SESSION,), sid)
-        result = handler(ctx, args)
-        if write:
-            sync_session(ctx.server, sid)
-        return result
-    return routed
+
+    def after(ctx: CommandContext, args: list[bytes], _: Any) -> None:
+        sync_session(ctx.server, word(args[0]))
+
+    return _around(handler, before, after if command == "V.STOREBATCH" else None)
 
 
 def _prefix_wrapper(command: str, handler: Handler) -> Handler:
-    warm = command == "KV.PREFIX.WARM"
-
-    def routed(ctx: CommandContext, args: list[bytes]) -> Any:
+    def before(ctx: CommandContext, args: list[bytes]) -> None:
         ns = word(args[0])
         if ctx.server.stores.vstore.prefix(ns) is None:
             _check_local(ctx, command, (KIND_PREFIX,), ns)
-        result = handler(ctx, args)
-        if warm and len(args) >= 4:
+
+    def after(ctx: CommandContext, args: list[bytes], _: Any) -> None:
+        if len(args) >= 4:
             _publish(_runtime(ctx), KIND_ATTEND, word(args[3]))
-        return result
-    return routed
+
+    return _around(handler, before, after if command == "KV.PREFIX.WARM" else None)
 
 
 def _attend_wrapper(command: str, handler: Handler) -> Handler:
     store = command == "ATTEND.PREFIX.STORE"
 
-    def routed(ctx: CommandContext, args: list[bytes]) -> Any:
+    def before(ctx: CommandContext, args: list[bytes]) -> bool:
         sid = word(args[0])
         _check_local(ctx, command, (KIND_ATTEND, KIND_PREFIX), sid)
-        claimed = store and _claim(ctx, command, KIND_ATTEND, sid)
-        try:
-            return handler(ctx, args)
-        except CommandError:
-            if claimed:
-                _retract(_runtime(ctx), KIND_ATTEND, sid)
-            raise
-    return routed
+        return store and _claim(ctx, command, KIND_ATTEND, sid)
+
+    def undo(ctx: CommandContext, args: list[bytes], claimed: Any) -> None:
+        if claimed:
+            _retract(_runtime(ctx), KIND_ATTEND, word(args[0]))
+
+    return _around(handler, before, None, undo)
 
 
 def _create_wrapper(command: str, handler: Handler) -> Handler:
     prefix = command.startswith("KV.PREFIX.")
+    kind = KIND_PREFIX if prefix else KIND_SESSION
 
-    def routed(ctx: CommandContext, args: list[bytes]) -> Any:
+    def before(ctx: CommandContext, args: list[bytes]) -> bool:
         name = word(args[0])
         vstore = ctx.server.stores.vstore
         local = vstore.prefix(name) is not None if prefix else vstore.get(name) is not None
-        claimed = False
-        if not local:
-            if prefix:
-                _check_local(ctx, command, (KIND_SESSION,), k_session(name))
-            claimed = _claim(ctx, command, KIND_PREFIX if prefix else KIND_SESSION, name)
-        try:
-            result = handler(ctx, args)
-        except CommandError:
-            if claimed:
-                _retract(_runtime(ctx), KIND_PREFIX if prefix else KIND_SESSION, name)
-            raise
+        if local:
+            return False
         if prefix:
-            sync_prefix(ctx.server, name)
+            _check_local(ctx, command, (KIND_SESSION,), k_session(name))
+        return _claim(ctx, command, kind, name)
+
+    def undo(ctx: CommandContext, args: list[bytes], claimed: Any) -> None:
+        if claimed:
+            _retract(_runtime(ctx), kind, word(args[0]))
+
+    def after(ctx: CommandContext, args: list[bytes], _: Any) -> None:
+        if prefix:
+            sync_prefix(ctx.server, word(args[0]))
         else:
-            sync_session(ctx.server, name)
-        return result
-    return routed
+            sync_session(ctx.server, word(args[0]))
+
+    return _around(handler, before, after, undo)
+
+
+def _answer_from_directory(ctx: CommandContext, args: list[bytes]) -> Any:
+    """LOOKUP of a namespace another worker owns: HIT/MISS from its directory entry (None:
+    no such entry, or it is this worker's: the local handler answers)."""
+    ns = word(args[0])
+    runtime = _runtime(ctx)
+    if ctx.server.stores.vstore.prefix(ns) is not None or runtime.directory is None:
+        return None
+    entry = runtime.directory.get(KIND_PREFIX, ns)
+    if entry is None or entry.owner == runtime.worker_id:
+        return None
+    tokens, prefill_ms = parse_lookup_options(args)
+    receipt = ctx.server.receipt
+    if not entry.complete:
+        receipt.record_prefix_lookup(False)
+        return MISS
+    receipt.record_prefix_lookup(True, entry.tokens if tokens is None else tokens,
+                                 entry.prefill_ms if prefill_ms is None else prefill_ms)
+    return HIT
 
 
 def _lookup_wrapper(command: str, handler: Handler) -> Handler:
+    if inspect.iscoroutinefunction(handler):  # the cold tier's: it may promote into this worker
+        async def routed_async(ctx: CommandContext, args: list[bytes]) -> Any:
+            answer = _answer_from_directory(ctx, args)
+            return answer if answer is not None else await handler(ctx, args)
+        return routed_async
+
     def routed(ctx: CommandContext, args: list[bytes]) -> Any:
-        ns = word(args[0])
-        runtime = _runtime(ctx)
-        if ctx.server.stores.vstore.prefix(ns) is not None or runtime.directory is None:
-            return handler(ctx, args)
-        entry = runtime.directory.get(KIND_PREFIX, ns)
-        if entry is None or entry.owner == runtime.worker_id:
-            return handler(ctx, args)
-        tokens, prefill_ms = parse_lookup_options(args)
-        receipt = ctx.server.receipt
-        if not entry.complete:
-            receipt.record_prefix_lookup(False)
-            return MISS
-        receipt.record_prefix_lookup(True, entry.tokens if tokens is None else tokens,
-                                     entry.prefill_ms if prefill_ms is None else prefill_ms)
-        return HIT
+        answer = _answer_from_directory(ctx, args)
+        return answer if answer is not None else handler(ctx, args)
     return routed
 
 
