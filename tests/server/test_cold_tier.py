@@ -388,6 +388,39 @@ def test_under_w_2_one_worker_promotes_and_the_other_answers_from_the_directory(
         a_proc.stop()
 
 
+def test_a_layer_appended_in_chunks_sends_each_row_once_to_the_cold_tier(fronts: list[ServerProcess]) -> None:
+    a, b = (s.client() for s in fronts)
+    assert a.execute_command("KV.PREFIX.REGISTER", "chunked", KV_DIM, "fp16", "LAYERS", 1) == b"OK"
+    full = {side: rows(30 + (side == "pv")) for side in ("pk", "pv")}
+    for start in range(0, TOKENS, 12):  # four appends of 12 rows per side
+        for side, block in full.items():
+            chunk = block[start:start + 12].tobytes()
+            assert a.execute_command("V.STOREBATCH", f"chunked_{side}", 0, start, chunk, "DTYPE", "f16") == start + 12
+    assert stats(a)["coldtier_bytes_written"] == 2 * TOKENS * KV_DIM * 2  # not 12+24+36+48 rows a side
+    assert b.execute_command("KV.PREFIX.LOOKUP", "chunked") == b"HIT"
+    for side, block in full.items():
+        assert fetch(b, "chunked", side, 0) == block.tobytes()
+
+
+def test_a_chunk_after_a_gap_in_the_cold_tier_rewrites_the_whole_layer(
+        fronts: list[ServerProcess], cluster: RedisCluster) -> None:
+    a, b = (s.client() for s in fronts)
+    assert a.execute_command("KV.PREFIX.REGISTER", "gapped", KV_DIM, "fp16", "LAYERS", 1) == b"OK"
+    full = {side: rows(40 + (side == "pv")) for side in ("pk", "pv")}
+    for side, block in full.items():
+        a.execute_command("V.STOREBATCH", f"gapped_{side}", 0, 0, block[:24].tobytes(), "DTYPE", "f16")
+    # as if the cluster's maxmemory policy evicted the K rows: the next append must not leave a gap
+    assert cluster.master_of("pion:{gapped}:idx").client().delete("pion:{gapped}:k:0") == 1
+    for side, block in full.items():
+        a.execute_command("V.STOREBATCH", f"gapped_{side}", 0, 24, block[24:].tobytes(), "DTYPE", "f16")
+    row = KV_DIM * 2
+    # K: 24 rows, then the whole 48 (the refused append sent nothing); V: 24 + 24
+    assert stats(a)["coldtier_bytes_written"] == (24 + 48 + 24 + 24) * row
+    assert b.execute_command("KV.PREFIX.LOOKUP", "gapped") == b"HIT"
+    for side, block in full.items():
+        assert fetch(b, "gapped", side, 0) == block.tobytes()
+
+
 def test_after_a_master_is_killed_and_its_replica_takes_over_the_prefix_is_still_served(
         fronts: list[ServerProcess], cluster: RedisCluster) -> None:
     """Runs last in this module: it leaves the cluster with one master replaced."""

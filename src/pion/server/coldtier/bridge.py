@@ -48,6 +48,17 @@ FLUSH_INTERVAL_S = 0.01  # write-behind: how long dirty layers wait (to coalesce
 RETRY_INTERVAL_S = 1.0  # after a failed cluster write
 META = ("meta", -1)  # the pending-set marker for "write the index meta"
 Part = tuple[str, int]
+Parts = dict[Part, int]  # part -> its first row not yet in the cold tier (0: the whole layer)
+
+
+def merge_parts(into: Parts, parts: Parts) -> None:
+    """Add ``parts`` to a pending set: a layer's dirty range starts at the lower first row."""
+    for part, start in parts.items():
+        into[part] = min(start, into.get(part, start))
+
+
+def whole(parts: Parts | set[Part]) -> Parts:
+    return {part: 0 for part in parts}
 ATTN_SUFFIX = "_attn"  # PionPromptCache's ATTEND session of a prefix (pion.client.stage2.wire)
 MAX_DEMOTED = 4096  # namespaces remembered as demoted (for ATTEND's -COLDMISS), oldest forgotten
 
@@ -81,10 +92,10 @@ class ColdBridge:
         self.on_promoted: list[Callable[[str], None]] = []  # -w N: publish it in the workers' directory
         self.binary_specs: dict[str, CommandSpec] = {}  # sync Stage-2 variants (stage2.binary_lane_specs)
         self._writing: dict[str, int] = {}  # namespaces with a cold write in flight (own writes)
-        self.pending: dict[str, set[Part]] = {}
+        self.pending: dict[str, Parts] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._demotions: set[asyncio.Task[bool]] = set()
+        self._demotions: set[asyncio.Task[set[Part] | None]] = set()
         self._promoting: dict[str, asyncio.Future[bool]] = {}  # one cold read per namespace at a time
         self._invalidated: set[str] = set()  # of those in _promoting: heard an invalidation meanwhile
 
@@ -106,7 +117,7 @@ class ColdBridge:
             self._subscriber.stop()
             self._subscriber = None
         for ns in list(self.pending):
-            meta, layers = self._snapshot(ns, self.pending.pop(ns))
+            meta, layers = self._snapshot(ns, whole(self.pending.pop(ns)))
             if meta is not None or layers:
                 self.tier.write_blocking(ns, meta, layers, self.fresh.gens.get(ns))
         self.tier.close()
@@ -117,29 +128,31 @@ class ColdBridge:
         store = self.vstore
         return store.prefix(ns) is None and store.get(k_session(ns)) is None and store.get(v_session(ns)) is None
 
-    def _layer(self, ns: str, side: str, layer: int) -> LayerRows | None:
+    def _layer(self, ns: str, side: str, layer: int, start: int) -> LayerRows | None:
+        """Rows ``start..`` of one layer (all of it when ``start`` is 0 or past its end)."""
         session = self.vstore.get(k_session(ns) if side == "k" else v_session(ns))
         if session is None or layer not in session.layers:
             return None
         n = session.rows_in(layer)
-        return LayerRows(side, layer, n, bytes(session.layers[layer].raw(0, n)))
+        start = start if start < n else 0
+        return LayerRows(side, layer, n, bytes(session.layers[layer].raw(start, n)), start)
 
-    def _all_parts(self, ns: str) -> set[Part]:
-        parts: set[Part] = {META}
+    def _all_parts(self, ns: str) -> Parts:
+        parts: Parts = {META: 0}
         for side in ("k", "v"):
             session = self.vstore.get(k_session(ns) if side == "k" else v_session(ns))
             if session is not None:
-                parts.update((side, layer) for layer in session.layers)
+                parts.update(((side, layer), 0) for layer in session.layers)
         return parts
 
-    def _snapshot(self, ns: str, parts: set[Part]) -> tuple[PrefixMeta | None, list[LayerRows]]:
+    def _snapshot(self, ns: str, parts: Parts) -> tuple[PrefixMeta | None, list[LayerRows]]:
         """Copy the parts out of the warm tier now (the write happens later, in a thread)."""
         entry = self.vstore.prefix(ns)
         if entry is None:
             return None, []
         meta = meta_of(entry) if META in parts else None
-        layers = [rows for side, layer in sorted(p for p in parts if p != META)
-                  if (rows := self._layer(ns, side, layer)) is not None]
+        layers = [rows for (side, layer), start in sorted(p for p in parts.items() if p[0] != META)
+                  if (rows := self._layer(ns, side, layer, start)) is not None]
         return meta, layers
 
     def held_below(self, ns: str) -> bool:
@@ -164,12 +177,14 @@ class ColdBridge:
         self.demoted.pop(ns, None)
         await self._write(ns, self._all_parts(ns))
 
-    async def stored(self, sid: str, layer: int) -> None:
-        """After V.STOREBATCH on a registered prefix's side: that layer (and its row count)."""
+    async def stored(self, sid: str, layer: int, start: int) -> None:
+        """After V.STOREBATCH on a registered prefix's side: that layer's rows from ``start``
+        (the rows this batch wrote and any after them) and its row count — a layer appended in
+        k chunks sends each byte once, not ~k/2 times."""
         which = side_of(sid)
         if which is None or self.vstore.prefix(which[0]) is None:
             return
-        await self._write(which[0], {(which[1], layer)})
+        await self._write(which[0], {(which[1], layer): start})
 
     def needs_refresh(self, ns: str) -> bool:
         """Before a LOOKUP answers: a warm miss (promote), or a warm copy this front cannot vouch
@@ -313,9 +328,9 @@ class ColdBridge:
             task.add_done_callback(self._demotions.discard)
 
     # ---- writing -------------------------------------------------------------------------
-    async def _write(self, ns: str, parts: set[Part]) -> None:
+    async def _write(self, ns: str, parts: Parts) -> None:
         if self.tier.mode == "behind":
-            self.pending.setdefault(ns, set()).update(parts)
+            merge_parts(self.pending.setdefault(ns, {}), parts)
             self._wake.set()
             return
         meta, layers = self._snapshot(ns, parts)
@@ -326,9 +341,11 @@ class ColdBridge:
             left = self._writing.pop(ns) - 1
             if left:
                 self._writing[ns] = left
-        if not written:
-            self.pending.setdefault(ns, set()).update(parts)  # retried by the flusher
+        if written is None:
+            merge_parts(self.pending.setdefault(ns, {}), parts)  # retried by the flusher
             self._wake.set()
+        elif written:  # a partial write the cluster could not take (a gap): the whole layers now
+            await self._write(ns, whole(written))
 
     async def _flush_forever(self) -> None:
         while True:
@@ -341,10 +358,15 @@ class ColdBridge:
                 if not parts:
                     continue
                 meta, layers = self._snapshot(ns, parts)
-                gen = self.fresh.gens.get(ns)
-                if (meta is not None or layers) and not await self.tier.write(ns, meta, layers, gen):
-                    self.pending.setdefault(ns, set()).update(parts)
+                if meta is None and not layers:
+                    continue
+                written = await self.tier.write(ns, meta, layers, self.fresh.gens.get(ns))
+                if written is None:
+                    merge_parts(self.pending.setdefault(ns, {}), parts)
                     failed = True
+                elif written:
+                    merge_parts(self.pending.setdefault(ns, {}), whole(written))
+                    self._wake.set()
             if failed:
                 await asyncio.sleep(RETRY_INTERVAL_S)
                 self._wake.set()

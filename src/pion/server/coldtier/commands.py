@@ -41,7 +41,7 @@ Async = Callable[["CommandContext", list[bytes]], Awaitable[Any]]
 def _storebatch(original: Sync, bridge: ColdBridge) -> Async:
     async def cmd_vstore_storebatch(ctx: CommandContext, args: list[bytes]) -> Any:
         result = original(ctx, args)  # validates and stores; raises with nothing stored
-        await bridge.stored(word(args[0]), parse_int(args[1], "layer"))
+        await bridge.stored(word(args[0]), parse_int(args[1], "layer"), parse_int(args[2], "start_id"))
         return result
     return cmd_vstore_storebatch
 

@@ -64,12 +64,31 @@ class ColdStats:
 
 @dataclass(frozen=True, slots=True)
 class LayerRows:
-    """One side/layer's encoded rows, copied out of the warm tier for writing."""
+    """One side/layer's encoded rows, copied out of the warm tier for writing: rows
+    ``start..rows`` of the layer (``start`` 0: all of it)."""
 
     side: str
     layer: int
     rows: int
     data: bytes
+    start: int = 0
+
+
+# A partial layer write (rows start.. of a layer whose earlier rows the cluster already has):
+# SETRANGE at the rows' byte offset, and the layer's row count, in one script on the prefix's
+# slot (both keys share the {ns} tag). Refused (0) unless the string holds every byte before the
+# offset and ends where the layer ends afterwards: a gap (an earlier write that failed, rows
+# evicted by maxmemory) or a longer leftover must never be read as rows. The caller then
+# writes the whole layer.
+PARTIAL_WRITE = """
+local n = redis.call('STRLEN', KEYS[1])
+local offset = tonumber(ARGV[1])
+local total = tonumber(ARGV[3])
+if n < offset or math.max(n, offset + string.len(ARGV[2])) ~= total then return 0 end
+redis.call('SETRANGE', KEYS[1], offset, ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+return 1
+"""
 
 
 def make_client(url: ColdTierUrl) -> Any:
@@ -169,42 +188,62 @@ class ColdTier:
         return out
 
     # ---- writes --------------------------------------------------------------------------
-    def _put(self, c: Any, ns: str, meta: PrefixMeta | None, layers: list[LayerRows], gen: str | None) -> bool:
-        """The rows, then their counts (and the meta and generation) in the index: one pipeline,
-        one slot. A write that carries the meta is then announced (one PUBLISH), after the
-        cluster acknowledged it: a front that hears it and re-promotes reads these rows."""
+    def _put(self, c: Any, ns: str, meta: PrefixMeta | None, layers: list[LayerRows],
+             gen: str | None) -> tuple[int, set[tuple[str, int]]]:
+        """Whole layers, then their counts (and the meta and generation) in the index: one
+        pipeline, one slot; then each partial layer (``PARTIAL_WRITE``, one call each). A write
+        that carries the meta is then announced (one PUBLISH), after the cluster acknowledged
+        it: a front that hears it and re-promotes reads these rows. Returns the bytes sent and
+        the (side, layer) parts whose partial write was refused (to be written whole)."""
+        whole = [p for p in layers if p.start == 0]
         pipe = c.pipeline(transaction=False)
-        for part in layers:
+        for part in whole:
             pipe.set(rows_key(ns, part.side, part.layer), part.data)
-        mapping: dict[str, str | int] = {rows_field(p.side, p.layer): p.rows for p in layers}
+        mapping: dict[str, str | int] = {rows_field(p.side, p.layer): p.rows for p in whole}
         if meta is not None:
             mapping["meta"] = meta.to_json()
             if gen is not None:
                 mapping[GEN_FIELD] = gen
         if mapping:
             pipe.hset(index_key(ns), mapping=mapping)
-        pipe.execute()
+            pipe.execute()
+        sent = sum(len(p.data) for p in whole)
+        refused: set[tuple[str, int]] = set()
+        for part in layers:
+            if part.start == 0:
+                continue
+            row_bytes = len(part.data) // max(1, part.rows - part.start)
+            done = c.eval(PARTIAL_WRITE, 2, rows_key(ns, part.side, part.layer), index_key(ns),
+                          part.start * row_bytes, part.data, part.rows * row_bytes,
+                          rows_field(part.side, part.layer), part.rows)
+            if int(done):
+                sent += len(part.data)
+            else:
+                refused.add((part.side, part.layer))
         if meta is not None and gen is not None:
             c.publish(CHANNEL, invalidation(self.front_id, gen, ns))
-        return True
+        return sent, refused
 
-    async def write(self, ns: str, meta: PrefixMeta | None, layers: list[LayerRows], gen: str | None = None) -> bool:
-        """Write the meta (if given, with its generation) and these layers; True once the
-        cluster acknowledged."""
+    async def write(self, ns: str, meta: PrefixMeta | None, layers: list[LayerRows],
+                    gen: str | None = None) -> set[tuple[str, int]] | None:
+        """Write the meta (if given, with its generation) and these layers once the cluster
+        acknowledged: the (side, layer) parts to write again whole (a refused partial write;
+        usually none), or None when the write failed."""
         done = await self._run(self._writer, f"writing '{ns}'", lambda c: self._put(c, ns, meta, layers, gen))
-        if done:
-            self.stats.coldtier_bytes_written += sum(len(p.data) for p in layers)
-        return bool(done)
+        if done is None:
+            return None
+        self.stats.coldtier_bytes_written += done[0]
+        return done[1]
 
     def write_blocking(self, ns: str, meta: PrefixMeta | None, layers: list[LayerRows],
                        gen: str | None = None) -> bool:
         """The same write from the calling thread (shutdown, when no loop runs any more)."""
         try:
-            self._put(self._get_client(), ns, meta, layers, gen)
+            sent, _ = self._put(self._get_client(), ns, meta, layers, gen)  # whole layers: none refused
         except Exception as exc:  # logged and counted like every other cold-tier failure
             self._failed(f"writing '{ns}' at shutdown", exc)
             return False
-        self.stats.coldtier_bytes_written += sum(len(p.data) for p in layers)
+        self.stats.coldtier_bytes_written += sent
         return True
 
     async def drop(self, namespaces: list[str]) -> set[str] | None:
