@@ -1,11 +1,14 @@
-"""The cold tier's pure parts: the --cold-tier URL, the index layout and its hit rule."""
+"""The cold tier's pure parts: the --cold-tier URL, the index layout and its hit rule, the
+invalidation message, which warm copies are trusted, and pending dirty rows."""
 
 from __future__ import annotations
 
 import pytest
 
 from pion.common.errors import ConfigError
-from pion.server.coldtier.layout import ColdIndex, PrefixMeta, index_key, rows_key
+from pion.server.coldtier.bridge import merge_parts, whole
+from pion.server.coldtier.freshness import Freshness
+from pion.server.coldtier.layout import ColdIndex, PrefixMeta, index_key, invalidation, parse_invalidation, rows_key
 from pion.server.coldtier.url import ColdTierUrl, parse_cold_tier_option, parse_cold_tier_url
 from pion.server.config import load_config
 
@@ -85,3 +88,38 @@ def test_without_layers_the_registration_alone_is_a_hit_as_in_the_warm_tier() ->
 
 def test_an_index_without_meta_is_no_prefix() -> None:
     assert ColdIndex.decode({b"k:0": b"8"}) is None
+
+
+def test_the_index_carries_its_generation_and_ignores_it_as_a_layer() -> None:
+    decoded = _index(1, {b"gen": b"00ff00ff00ff00ff", b"k:0": b"4", b"v:0": b"4"})
+    assert (decoded.gen, decoded.rows, decoded.hit()) == ("00ff00ff00ff00ff", {("k", 0): 4, ("v", 0): 4}, True)
+    assert _index(1, {}).gen is None
+
+
+def test_an_invalidation_message_round_trips_a_namespace_with_spaces() -> None:
+    assert parse_invalidation(invalidation("f1", "abc", "my ns|v1")) == ("f1", "abc", "my ns|v1")
+    assert parse_invalidation(invalidation("f1", None, "gone").encode()) == ("f1", None, "gone")
+    assert parse_invalidation(b"not-ours") is None
+
+
+def test_a_copy_is_trusted_only_while_subscribed_and_rechecked_after_a_resubscription() -> None:
+    fresh = Freshness()
+    fresh.held("ns", "g1")
+    assert fresh.trusted("ns") is False  # not subscribed yet
+    fresh.subscription(True)
+    assert (fresh.trusted("ns"), fresh.unverified) == (False, {"ns"})  # held before it
+    fresh.held("ns", "g1")  # re-checked
+    assert fresh.trusted("ns") is True
+    fresh.subscription(False)
+    assert fresh.trusted("ns") is False
+    fresh.subscription(True)
+    fresh.forget("ns")
+    assert (fresh.trusted("ns"), fresh.gens, fresh.unverified) == (False, {}, set())
+
+
+def test_pending_parts_keep_each_layers_lowest_dirty_row() -> None:
+    pending = {("k", 0): 24}
+    merge_parts(pending, {("k", 0): 12, ("v", 0): 36})
+    merge_parts(pending, {("k", 0): 30})
+    assert pending == {("k", 0): 12, ("v", 0): 36}
+    assert whole({("k", 0), ("v", 1)}) == {("k", 0): 0, ("v", 1): 0}

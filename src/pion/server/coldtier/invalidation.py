@@ -31,9 +31,8 @@ POLL_S = 0.5  # how long one get_message waits (bounds how long stop() waits for
 RETRY_S = 0.5  # after a lost subscription
 
 
-def subscriber_connection(url: ColdTierUrl) -> Any:
+def subscriber_connection(client: Any, url: ColdTierUrl) -> Any:
     """A plain redis-py client on one node: classic PUBLISH reaches every node of a cluster."""
-    client = make_client(url)
     if not url.cluster:
         return client
     return client.get_redis_connection(client.get_random_node())
@@ -75,9 +74,11 @@ class Subscriber:
     def _run(self) -> None:
         last_log = 0.0
         while not self._stop.is_set():
+            client: Any = None
             pubsub = None
             try:
-                pubsub = subscriber_connection(self.url).pubsub()
+                client = make_client(self.url)
+                pubsub = subscriber_connection(client, self.url).pubsub()
                 pubsub.subscribe(CHANNEL)
                 self._listen(pubsub)
             except Exception as exc:  # a dead node or cluster: report, wait, subscribe again
@@ -90,11 +91,12 @@ class Subscriber:
                                 self.url.text(), type(exc).__name__, exc)
                 self._stop.wait(RETRY_S)
             finally:
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:  # closing a dead connection may fail; nothing to save
-                        pass
+                for closable in (pubsub, client):
+                    if closable is not None:
+                        try:
+                            closable.close()
+                        except Exception:  # closing a dead connection may fail; nothing to save
+                            pass
 
     def _listen(self, pubsub: Any) -> None:
         while not self._stop.is_set():
