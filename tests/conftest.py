@@ -35,6 +35,8 @@ LONG_WORKLOAD_MODULES = {
     "crash/test_kill9_batched.py": "kill -9 under pipelined writers, then recovery",
     "server/test_workers_lifecycle.py": "N worker processes started, killed and restarted",
     "server/test_cold_tier.py": "a six-node Redis Cluster and two pion-server fronts",
+    "server/test_attend_cold_tier.py": "a Redis Cluster, two fronts, ATTEND's torch kernels and a restart",
+    "client/test_stage2_cold_tier.py": "a Redis Cluster, two fronts and a Llama model through Stage 2",
     "client/test_hybrid_prompt_cache.py": "builds and runs four hybrid (SSM) transformers models",
     "client/test_stage2_tiny_llama.py": "runs a Llama model through every Stage-2 lane",
     "integrations/test_lmcache_chunks.py": "LMCache-shaped multi-megabyte chunk traffic",

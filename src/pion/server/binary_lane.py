@@ -28,7 +28,6 @@ from pion.common.binary_frames import (
     parse_request_header, split_fields,
 )
 from pion.common.errors import CommandError, arity_error
-from pion.server.coldtier.stage2 import binary_lane_specs
 from pion.server.commands.spec import CommandSpec
 from pion.server.context import ClientState, CommandContext
 from pion.server.resp.replies import SimpleString
@@ -216,6 +215,9 @@ def start_binary_lane(state: ServerState) -> BinaryLane | None:
     starts it beside the RESP listener and closes it after)."""
     if state.config.binary_port == 0 and not tls_binary_port(state.config):
         return None
-    lane = BinaryLane(state, binary_lane_specs(state.table.specs, state.cold_tier))  # sync variants
+    specs = state.table.specs
+    if state.cold_tier is not None:  # the cold tier's Stage-2 handlers in their sync variants
+        specs = {**specs, **state.cold_tier.binary_specs}
+    lane = BinaryLane(state, specs)
     lane.listen()
     return lane

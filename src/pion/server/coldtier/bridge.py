@@ -17,7 +17,7 @@ client's write to the warm tier still succeeds (the cold tier is a cache, not th
 Consistency across fronts (``invalidation.py``): a fresh registration gets a new generation;
 a DROP or a registration on another front, heard on the invalidation channel, drops this
 front's warm copy (and its ATTEND slots) unless it is of the announced generation; a warm hit
-held since before the last (re)subscription re-reads the generation once (``refresh``).
+held since before the last (re)subscription re-reads the generation once (``promote``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,10 @@ def merge_parts(into: Parts, parts: Parts) -> None:
 
 
 def whole(parts: Parts | set[Part]) -> Parts:
+    """The same parts, each to be written whole."""
     return {part: 0 for part in parts}
+
+
 ATTN_SUFFIX = "_attn"  # PionPromptCache's ATTEND session of a prefix (pion.client.stage2.wire)
 MAX_DEMOTED = 4096  # namespaces remembered as demoted (for ATTEND's -COLDMISS), oldest forgotten
 
@@ -90,7 +93,7 @@ class ColdBridge:
         self.demoted: OrderedDict[str, None] = OrderedDict()  # evicted here, kept in the cold tier
         self._subscriber: Subscriber | None = None
         self.on_promoted: list[Callable[[str], None]] = []  # -w N: publish it in the workers' directory
-        self.binary_specs: dict[str, CommandSpec] = {}  # sync Stage-2 variants (stage2.binary_lane_specs)
+        self.binary_specs: dict[str, CommandSpec] = {}  # sync Stage-2 variants for the binary lane (stage2.py)
         self._writing: dict[str, int] = {}  # namespaces with a cold write in flight (own writes)
         self.pending: dict[str, Parts] = {}
         self._flusher: asyncio.Task[None] | None = None
@@ -154,14 +157,6 @@ class ColdBridge:
         layers = [rows for (side, layer), start in sorted(p for p in parts.items() if p[0] != META)
                   if (rows := self._layer(ns, side, layer, start)) is not None]
         return meta, layers
-
-    def held_below(self, ns: str) -> bool:
-        """Sync, no cluster call: this front can rebuild ``ns``'s ATTEND side (KV.PREFIX.WARM)
-        from its V-store, or demoted it to the cold tier (a promotion brings it back)."""
-        store = self.vstore
-        if store.get(k_session(ns)) is not None and store.get(v_session(ns)) is not None:
-            return True
-        return ns in self.demoted
 
     # ---- the four hook points --------------------------------------------------------------
     async def registered(self, ns: str, fresh: bool) -> None:

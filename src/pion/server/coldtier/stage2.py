@@ -17,7 +17,8 @@ covers K/V that are in the *shared* cold tier, or in this front's V-store while 
 
 The ATTEND session of a prefix is ``<ns>_attn`` (PionPromptCache) or ``<ns>`` (WARM's default):
 both are tried. The binary lane runs handlers synchronously, so it keeps sync variants of LOOKUP
-(no cluster read) and WARM (no promotion) — ``binary_lane_specs``.
+(no cluster read) and WARM (no promotion) — ``ColdBridge.binary_specs``, which
+``binary_lane.start_binary_lane`` lays over the table.
 """
 
 from __future__ import annotations
@@ -132,10 +133,3 @@ def wrap_stage2(specs: dict[str, CommandSpec], bridge: ColdBridge) -> dict[str, 
         spec = specs[name]
         specs[name] = dataclasses.replace(spec, handler=_query(spec.handler, bridge))
     return binary
-
-
-def binary_lane_specs(specs: dict[str, CommandSpec], bridge: ColdBridge | None) -> dict[str, CommandSpec]:
-    """The command map the binary lane runs: ``specs`` with the sync variants of a cold-tier front."""
-    if bridge is None or not bridge.binary_specs:
-        return specs
-    return {**specs, **bridge.binary_specs}
