@@ -326,6 +326,21 @@ def test_a_re_registration_after_a_drop_is_served_fresh_by_front_b(fronts: list[
     assert stats(b)["coldtier_promotions"] == 2
 
 
+def test_two_fronts_registering_the_same_prefix_at_once_both_keep_their_copies(fronts: list[ServerProcess]) -> None:
+    a, b = (s.client() for s in fronts)
+    for conn in (a, b):  # both missed and prefilled the same prompt: both register, then store
+        assert conn.execute_command("KV.PREFIX.REGISTER", "inval-herd", KV_DIM, "fp16", "LAYERS", 1) == b"OK"
+    block = rows(21)
+    for conn in (a, b):
+        for side in ("pk", "pv"):
+            assert conn.execute_command("V.STOREBATCH", f"inval-herd_{side}", 0, 0, block.tobytes(), "DTYPE", "f16") == TOKENS
+    time.sleep(0.2)  # let each hear the other's announcement
+    for conn in (a, b):
+        assert conn.execute_command("KV.PREFIX.LOOKUP", "inval-herd") == b"HIT"
+        assert fetch(conn, "inval-herd", "pv", 0) == block.tobytes()
+        assert stats(conn)["coldtier_invalidations"] == 0
+
+
 def test_warm_hits_on_a_subscribed_front_do_not_read_the_cold_tier(fronts: list[ServerProcess]) -> None:
     a, b = (s.client() for s in fronts)
     store_prefix(a, "inval-quiet", seed=17)

@@ -123,3 +123,13 @@ def test_pending_parts_keep_each_layers_lowest_dirty_row() -> None:
     merge_parts(pending, {("k", 0): 30})
     assert pending == {("k", 0): 12, ("v", 0): 36}
     assert whole({("k", 0), ("v", 1)}) == {("k", 0): 0, ("v", 1): 0}
+
+
+def test_a_drop_always_stales_a_copy_and_a_registration_elsewhere_only_a_promoted_one() -> None:
+    fresh = Freshness()
+    fresh.held("promoted", "g1", own=False)
+    fresh.held("mine", "g1", own=True)
+    assert [fresh.stale("promoted", g) for g in (None, "g1", "g2")] == [True, False, True]
+    assert [fresh.stale("mine", g) for g in (None, "g1", "g2")] == [True, False, False]
+    fresh.held("mine", "g3", own=False)  # promoted over it later: no longer ours
+    assert fresh.stale("mine", "g2") is True

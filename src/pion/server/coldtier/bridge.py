@@ -168,7 +168,7 @@ class ColdBridge:
         gen = self.fresh.gens.get(ns)
         if fresh or gen is None:
             gen = secrets.token_hex(8)
-        self.fresh.held(ns, gen)
+        self.fresh.held(ns, gen, own=True)
         self.demoted.pop(ns, None)
         await self._write(ns, self._all_parts(ns))
 
@@ -218,6 +218,9 @@ class ColdBridge:
         if ns in self._invalidated:
             return False  # invalidate() already dropped it, or it is of another generation now
         local = self.fresh.gens.get(ns)
+        if index is not None and ns in self.fresh.own:
+            self.fresh.held(ns, local)  # ours: kept while the cluster has the prefix (Freshness.stale)
+            return True
         if index is not None and local in (None, index.gen):
             self.fresh.held(ns, index.gen)  # a recovered copy adopts the cluster's generation
             return True
@@ -246,7 +249,7 @@ class ColdBridge:
             self.vstore.drop_prefixes([ns])
             stats.coldtier_misses += 1
             return False
-        self.fresh.held(ns, index.gen)
+        self.fresh.held(ns, index.gen, own=False)
         self.demoted.pop(ns, None)
         for hook in self.on_promoted:
             hook(ns)
@@ -265,9 +268,8 @@ class ColdBridge:
         if self.warm_absent(ns):
             self.fresh.forget(ns)
             return
-        if gen is not None and self.fresh.gens.get(ns) == gen:
-            return  # our copy is of that registration (e.g. its meta re-written by a demotion)
-        self._drop_warm(ns)
+        if self.fresh.stale(ns, gen):  # not when it is of that registration, or our own
+            self._drop_warm(ns)
 
     def _drop_warm(self, ns: str) -> None:
         """Forget this front's copy of a prefix that went stale: V-store (journaled, so a restart
