@@ -10,6 +10,9 @@ layer and side. What differs is the cache object:
   ``QuantizedKVCache(group_size=32, bits=4)`` for ``mlx4g32`` (``pion.client.runtimes.mlx_kv``).
 * A miss in ``mlx4g32`` prefills into that ``QuantizedKVCache`` and stores its bytes raw, so a
   miss and a hit hold the same bits and generate the same tokens.
+* Sliding-window models (``RotatingKVCache`` layers): only a prefix that fits the smallest window
+  is cached (``mlx_kv`` says why). A longer one is prefilled locally with no server traffic at all
+  and counted in ``stats()["window_refusals"]``; ``store`` of one returns False.
 * Namespaces come from ``mlx_runtime.mlx_fingerprint``: equal to the transformers runtime's for
   the same weights, config, tokenizer, RoPE and dtype, so prefixes are shared across runtimes
   exactly when that is valid.
@@ -62,6 +65,12 @@ class PionPromptCache(TransformersPromptCache):
         raw = restore_dtype != "f16"
         self._cache_formats = [mlx_kv.MLX4_FORMAT if raw and k == v == mlx_kv.MLX4_FORMAT else "float"
                                for k, v in zip(self.formats.k, self.formats.v, strict=True)]
+        self.windows = mlx_kv.layer_windows(model)
+        self.window = mlx_kv.prefix_window(self.windows)  # the longest cacheable prefix (None: unbounded)
+        self._window_refusals = 0
+        if self.window is not None and self.stage2 is not None:
+            self.close()
+            raise ValueError("stage2 is not supported for sliding-window models (RotatingKVCache layers)")
 
     def _describe_model(self, model: Any, tokenizer: Any | None) -> tuple[Any, KvShape, tuple[str, ...]]:
         return None, mlx_kv.kv_shape(model), mlx_fingerprint(model, tokenizer)
@@ -74,6 +83,35 @@ class PionPromptCache(TransformersPromptCache):
     def new_cache(self) -> list[Any]:
         """An empty cache list of the kind a hit restores (QuantizedKVCache layers for mlx4g32)."""
         return mlx_kv.make_cache(self.model, self._cache_formats)
+
+    def _fits_window(self, n_tokens: int) -> bool:
+        """False (and counted) for a prefix longer than the model's smallest sliding window."""
+        if self.window is None or n_tokens <= self.window:
+            return True
+        self._window_refusals += 1
+        logger.info("prefix of %d tokens exceeds the sliding window of %d tokens; not cached", n_tokens, self.window)
+        return False
+
+    def get_or_prefill(self, prefix_ids: Any, namespace: Namespace | str | None = None) -> Any:
+        """As the transformers cache's; a prefix longer than the sliding window is prefilled locally, uncached."""
+        ids = [int(t) for t in prefix_ids]
+        if ids and not self._fits_window(len(ids)):
+            self._stats.misses += 1
+            return self._prefill(ids)
+        return super().get_or_prefill(ids, namespace)
+
+    def store(self, prefix_ids: Any, cache: Any, namespace: Namespace | str | None = None,
+              prefill_ms: float | None = None) -> bool:
+        """As the transformers cache's; False for a prefix longer than the sliding window, or a ``cache``
+        whose sliding-window layers have rotated past the prefix (prefix + suffix longer than the window)."""
+        ids = [int(t) for t in prefix_ids]
+        if ids and not self._fits_window(len(ids)):
+            return False
+        if mlx_kv.has_rotated(cache):
+            self._window_refusals += 1
+            logger.info("cache has rotated past its sliding window; prefix of %d tokens not stored", len(ids))
+            return False
+        return super().store(ids, cache, namespace, prefill_ms)
 
     # ---- miss path --------------------------------------------------------------------------
 
@@ -111,7 +149,7 @@ class PionPromptCache(TransformersPromptCache):
         k_formats = [f if self._transport.k_wire == "raw" else "fp16" for f in self.formats.k]
         v_formats = [f if self._transport.v_wire == "raw" else "fp16" for f in self.formats.v]
         cache = mlx_kv.build_cache(self.shape, n_tokens, k_formats, v_formats, k_reply, v_reply,
-                                   model_dtype(self.model))
+                                   model_dtype(self.model), self.windows)
         timings["build"] = (time.perf_counter() - t1) * 1e3
         self._stats.fetch_ms_total += lookup_ms + (time.perf_counter() - t0) * 1e3
         self._stats.bytes_fetched += sum(len(d) for d in k_reply) + sum(len(d) for d in v_reply)
@@ -121,6 +159,7 @@ class PionPromptCache(TransformersPromptCache):
     def stats(self) -> dict[str, Any]:
         """The transformers cache's counters plus the stage-2 lane counters."""
         out = super().stats()
+        out["window_refusals"] = self._window_refusals
         if self.stage2 is not None:
             out.update(self.stage2.stats())
         return out
