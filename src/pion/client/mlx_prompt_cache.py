@@ -30,15 +30,14 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 
 from pion.client.block_hashes import DEFAULT_BLOCK_SIZE
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
 from pion.client.prefix_transport import EncodedRowSource, RestoreDtype, RowSource, Side
 from pion.client.prompt_cache import PionPromptCache as TransformersPromptCache
-from pion.client.runtimes import mlx_kv
+from pion.client.runtimes import mlx_hybrid, mlx_kv
 from pion.client.runtimes.mlx_runtime import mlx_fingerprint, model_dtype, prefill
-from pion.client.runtimes.transformers_kv import KvShape
+from pion.client.kv_shape import KvShape
 from pion.common.ids import Namespace
 
 logger = logging.getLogger(__name__)
@@ -65,15 +64,20 @@ class PionPromptCache(TransformersPromptCache):
         raw = restore_dtype != "f16"
         self._cache_formats = [mlx_kv.MLX4_FORMAT if raw and k == v == mlx_kv.MLX4_FORMAT else "float"
                                for k, v in zip(self.formats.k, self.formats.v, strict=True)]
+        if self.hybrid is not None:  # formats cover the attention layers only; the cache has every layer
+            self._cache_formats = self.hybrid.model_formats(self._cache_formats)
         self.windows = mlx_kv.layer_windows(model)
         self.window = mlx_kv.prefix_window(self.windows)  # the longest cacheable prefix (None: unbounded)
         self._window_refusals = 0
-        if self.window is not None and self.stage2 is not None:
+        if self.stage2 is not None and (self.window is not None or self.hybrid is not None):
             self.close()
-            raise ValueError("stage2 is not supported for sliding-window models (RotatingKVCache layers)")
+            raise ValueError("stage2 is not supported for sliding-window models (RotatingKVCache layers) "
+                             "or recurrent/hybrid models (ArraysCache layers)")
 
     def _describe_model(self, model: Any, tokenizer: Any | None) -> tuple[Any, KvShape, tuple[str, ...]]:
-        return None, mlx_kv.kv_shape(model), mlx_fingerprint(model, tokenizer)
+        hybrid = mlx_hybrid.hybrid_transport_for(model)  # ArraysCache layers: pion.client.runtimes.mlx_hybrid
+        shape = hybrid.kv_shape if hybrid is not None else mlx_kv.kv_shape(model)
+        return hybrid, shape, mlx_fingerprint(model, tokenizer)
 
     def _make_stage2(self, lane: str) -> Any:
         from pion.client.runtimes.mlx_stage2 import MlxStage2Support
@@ -127,8 +131,8 @@ class PionPromptCache(TransformersPromptCache):
         """Float rows of any layer, and a ``QuantizedKVCache(32, 4)`` layer's own bytes for mlx4g32 (sent raw)."""
         formats = self.formats
 
-        def rows(side: Side, layer: int, dtype: torch.dtype) -> np.ndarray:
-            return mlx_kv.float_rows(cache[layer], side, n_tokens, np.float16 if dtype == torch.float16 else np.float32)
+        def rows(side: Side, layer: int, dtype: Any) -> np.ndarray:
+            return mlx_kv.float_rows(cache[layer], side, n_tokens, mlx_kv.wire_np_dtype(dtype))
 
         def encoded(side: Side, layer: int) -> np.ndarray | None:
             if formats.of(side)[layer] == mlx_kv.MLX4_FORMAT and mlx_kv.is_mlx4_cache(cache[layer]):
@@ -141,6 +145,8 @@ class PionPromptCache(TransformersPromptCache):
     def _restore(self, ns: Namespace | str, n_tokens: int, lookup_ms: float) -> list[Any]:
         """Fetch both sides in one round trip and build mlx-lm cache objects; raises on any inconsistency."""
         assert self._transport is not None
+        if self.hybrid is not None:
+            return self.hybrid.restore(self, self._transport, ns, n_tokens, lookup_ms)  # type: ignore[no-any-return]
         timings = {"lookup": lookup_ms}
         t0 = time.perf_counter()
         k_reply, v_reply = self._transport.fetch(ns, n_tokens)

@@ -37,7 +37,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from pion.client.runtimes.transformers_kv import KvShape
+from pion.client.kv_shape import KvShape
 from pion.codecs import get_codec
 from pion.codecs.base import GROUP_SIZE
 from pion.codecs.mlx4g32 import pack_mlx_triplet
@@ -99,6 +99,11 @@ def kv_shape(model: Any) -> KvShape:
     head_dim = getattr(args, "head_dim", None) or int(args.hidden_size) // n_heads
     n_kv_heads = getattr(args, "num_key_value_heads", None) or n_heads
     return KvShape(len(model.layers), int(n_kv_heads), int(head_dim))
+
+
+def wire_np_dtype(dtype: Any) -> Any:
+    """The numpy dtype of a ``RowSource``'s wire dtype argument (numpy's or torch's float16/float32)."""
+    return np.float32 if str(dtype).endswith("float32") else np.float16
 
 
 def is_mlx4_cache(layer: Any) -> bool:
