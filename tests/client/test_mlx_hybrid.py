@@ -97,6 +97,10 @@ def test_a_hit_restores_the_states_bit_for_bit_and_continues_exactly_like_the_mi
     hit_logits, hit_tokens = continue_greedy(model, hit, steps=6)
     assert np.array_equal(hit_logits, miss_logits) is True
     assert hit_tokens == miss_tokens
+    # and the restored state is really used: one uninterrupted forward gives the same logits
+    # (from a zero state they differ by ~4)
+    whole = model(mx.array([PREFIX + SUFFIX]), cache=cache_mod.make_prompt_cache(model))[0, len(PREFIX):]
+    assert float(np.abs(np.array(whole) - hit_logits).max()) < 1e-5
 
 
 def test_mlx4g32_quantizes_the_attention_layer_and_keeps_the_states_exact(
