@@ -136,3 +136,10 @@ def test_stage2_is_refused_for_a_sliding_window_model(tiny_gemma: Any, shared_pi
         PionPromptCache(tiny_gemma, client=client, stage2=True)
     assert client.ping() is True
     client.close()
+
+
+def test_a_row_sources_wire_dtype_is_read_from_numpys_or_torchs_spelling() -> None:
+    assert [mlx_kv.wire_np_dtype(d) for d in (np.float32, np.float16, np.dtype("float32"), "torch.float16")] == [
+        np.float32, np.float16, np.float32, np.float16]
+    with pytest.raises(ValueError, match="rows travel as float16 or float32, not int8"):
+        mlx_kv.wire_np_dtype(np.int8)

@@ -26,12 +26,10 @@ def test_runtime_defaults_to_transformers_and_accepts_mlx() -> None:
     assert (load_config([]).runtime, load_config(["--runtime", "mlx"]).runtime) == ("transformers", "mlx")
 
 
-def test_an_unknown_runtime_and_mlx_with_stage2_or_a_device_are_refused() -> None:
+def test_an_unknown_runtime_and_mlx_with_a_device_are_refused() -> None:
     with pytest.raises(ConfigError, match="--runtime"):
         load_config(["--runtime", "jax"])
-    with pytest.raises(ConfigError, match="--runtime mlx: takes neither --stage2 nor --device"):
-        load_config(["--runtime", "mlx", "--stage2"])
-    with pytest.raises(ConfigError, match="--runtime mlx: takes neither --stage2 nor --device"):
+    with pytest.raises(ConfigError, match="--runtime mlx: takes no --device"):
         load_config(["--runtime", "mlx", "--device", "cpu"])
 
 

@@ -74,6 +74,8 @@ class PionPromptCache(TransformersPromptCache):
             raise ValueError("stage2 is not supported for sliding-window models (RotatingKVCache layers) "
                              "or recurrent/hybrid models (ArraysCache layers)")
 
+    _numpy_rows = True  # row sources get numpy dtypes: nothing on the MLX path imports torch
+
     def _describe_model(self, model: Any, tokenizer: Any | None) -> tuple[Any, KvShape, tuple[str, ...]]:
         hybrid = mlx_hybrid.hybrid_transport_for(model)  # ArraysCache layers: pion.client.runtimes.mlx_hybrid
         shape = hybrid.kv_shape if hybrid is not None else mlx_kv.kv_shape(model)

@@ -103,7 +103,12 @@ def kv_shape(model: Any) -> KvShape:
 
 def wire_np_dtype(dtype: Any) -> Any:
     """The numpy dtype of a ``RowSource``'s wire dtype argument (numpy's or torch's float16/float32)."""
-    return np.float32 if str(dtype).endswith("float32") else np.float16
+    name = str(np.dtype(dtype)) if isinstance(dtype, (type, np.dtype)) else str(dtype)  # torch: "torch.float32"
+    if name.endswith("float32"):
+        return np.float32
+    if name.endswith("float16"):
+        return np.float16
+    raise ValueError(f"rows travel as float16 or float32, not {name}")
 
 
 def is_mlx4_cache(layer: Any) -> bool:
