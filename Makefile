@@ -41,7 +41,9 @@ test-fast: setup
 test-mlx: setup
 	PION_TEST_MLX=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest tests/client/test_mlx_kv.py \
 		tests/client/test_mlx_runtime.py tests/client/test_mlx_cross_runtime.py tests/client/test_mlx_stage2.py \
-		tests/client/test_mlx_retrieval_cache.py tests/llm/test_llm_mlx.py
+		tests/client/test_mlx_retrieval_cache.py tests/llm/test_llm_mlx.py \
+		tests/client/test_mlx_window.py tests/client/test_mlx_hybrid.py tests/client/test_mlx_torch_free.py \
+		tests/llm/test_llm_mlx_stage2.py
 
 # The core install (pip install pion, no extras) passes the tests marked `core` (tests/conftest.py).
 $(CORE_STAMP): pyproject.toml Makefile

@@ -43,6 +43,8 @@ LONG_WORKLOAD_MODULES = {
     "server/test_compiled_build.py": "builds and runs a mypyc-compiled copy of the tree",
     "server/test_server_core_install.py": "servers in an interpreter with the extras hidden",
     "llm/test_pion_up_orphans.py": "the whole `pion up` process tree, killed in several ways",
+    "client/test_mlx_torch_free.py": "a subprocess importing mlx-lm and running three tiny models",
+    "llm/test_llm_mlx_stage2.py": "a tiny mlx-lm Llama through pion-llm's engine and Stage-2 lane",
 }
 # ATTEND.PREFIX.* runs torch kernels (the [runtime] extra): on a core install its test modules
 # are not collected, and tests/server/test_server_core_install.py checks the -ERR it answers.

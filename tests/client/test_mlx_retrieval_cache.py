@@ -60,9 +60,7 @@ def test_a_second_chunk_moved_by_rope_holds_the_full_prefills_first_layer_keys(
     np.testing.assert_allclose(moved, expected, rtol=0, atol=2e-4)
 
 
-def test_unknown_chunks_and_partial_recompute_are_refused(smollm_mlx: tuple[Any, Any]) -> None:
+def test_unknown_chunks_are_refused(smollm_mlx: tuple[Any, Any]) -> None:
     model, tok = smollm_mlx
-    with pytest.raises(ValueError, match="recompute_ratio is not implemented for the MLX runtime"):
-        HybridRetrievalCache(model, recompute_ratio=0.15)
     with HybridRetrievalCache(model) as hr, pytest.raises(KeyError, match="never-ingested"):
         hr.prepare("never-ingested", [1, 2])

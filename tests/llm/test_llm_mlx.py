@@ -26,12 +26,10 @@ def test_runtime_defaults_to_transformers_and_accepts_mlx() -> None:
     assert (load_config([]).runtime, load_config(["--runtime", "mlx"]).runtime) == ("transformers", "mlx")
 
 
-def test_an_unknown_runtime_and_mlx_with_stage2_or_a_device_are_refused() -> None:
+def test_an_unknown_runtime_and_mlx_with_a_device_are_refused() -> None:
     with pytest.raises(ConfigError, match="--runtime"):
         load_config(["--runtime", "jax"])
-    with pytest.raises(ConfigError, match="--runtime mlx: takes neither --stage2 nor --device"):
-        load_config(["--runtime", "mlx", "--stage2"])
-    with pytest.raises(ConfigError, match="--runtime mlx: takes neither --stage2 nor --device"):
+    with pytest.raises(ConfigError, match="--runtime mlx: takes no --device"):
         load_config(["--runtime", "mlx", "--device", "cpu"])
 
 
@@ -84,3 +82,19 @@ def test_a_transformers_pion_llm_continues_a_chain_the_mlx_one_stored_with_the_s
         hf_llm.stop()
     assert again.usage.prompt_tokens_details.cached_tokens > 10
     assert again.choices[0].message.content == answer.choices[0].message.content
+
+
+@served
+@pytest.mark.slow
+def test_an_mlx_pion_llm_with_stage2_attends_the_system_prompt_in_pion_server_with_the_same_answer(
+        mlx_llm: LlmProcess, shared_pion_server: ServerProcess, tmp_path: Path) -> None:
+    stage2_llm = start_llm(tmp_path, "--runtime", "mlx", "--stage2", "--pion-port", str(shared_pion_server.port),
+                           wait_s=300)
+    try:
+        chat(stage2_llm, "Is my server down?")
+        remote = chat(stage2_llm, "What is DNS?")
+    finally:
+        stage2_llm.stop()
+    local = chat(mlx_llm, "What is DNS?")  # stage 1: V.MFETCH of the same chain
+    assert remote.usage.prompt_tokens_details.cached_tokens > 10
+    assert remote.choices[0].message.content == local.choices[0].message.content

@@ -34,7 +34,6 @@ Caveats measured on transformers 5.24 (see docs/runtime.md, "Hybrid models"):
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Sequence
@@ -46,11 +45,12 @@ import torch
 
 from pion.client.runtimes.transformers_kv import KvShape, layer_rows
 from pion.client.runtimes.transformers_runtime import forward_logits, model_device
+from pion.client.hybrid_store import LayerKind
+from pion.client.hybrid_store import finish_store as _finish_store
 from pion.client.state_blob import decode_arrays, encode_arrays
 from pion.common.ids import Namespace
 
 if TYPE_CHECKING:
-    from pion.client.connection import PionPipeline
     from pion.client.prefix_transport import PrefixTransport, Side
     from pion.client.prompt_cache import PionPromptCache
 
@@ -58,15 +58,6 @@ logger = logging.getLogger(__name__)
 
 # Families whose reference path ignores the cached SSM state for multi-token forwards.
 TOKEN_BY_TOKEN_MODEL_TYPES = frozenset({"mamba", "falcon_mamba", "jamba"})
-
-
-class LayerKind(enum.Enum):
-    """What one cache layer holds; the value is its letter in the namespace's layout string."""
-
-    ATTENTION = "A"
-    RECURRENT = "R"
-    BOTH = "B"
-    NONE = "-"
 
 
 def layer_kinds(model: Any) -> list[LayerKind]:
@@ -211,33 +202,6 @@ class HybridPrefixTransport:
         stats.last_restore_ms = {"lookup": lookup_ms, "fetch": (t1 - t0) * 1e3, "decode": (t2 - t1) * 1e3,
                                  "build": (time.perf_counter() - t2) * 1e3}
         return cache
-
-
-def _finish_store(pc: PionPromptCache, ns: Namespace | str, pipe: PionPipeline, t0: float, nbytes: int,
-                  register_at: int) -> bool:
-    """Send the queued writes; count them, or warn and count a failure (the prefix stays local).
-    ``register_at`` is the index of the register's reply: False there is +DEFERRED."""
-    try:
-        replies = pipe.execute(raise_on_error=False)
-    except redis.RedisError as exc:
-        replies = [exc]
-    if len(replies) > register_at and replies[register_at] is False:
-        try:  # deferred: the state stored ahead of the register is of no use on its own
-            if pc.client is not None:
-                pc.client.ssm_prefix_drop(ns)
-        except redis.RedisError as exc:
-            logger.warning("dropping the state of deferred prefix %s failed: %s", ns, exc)
-        pc._stats.deferred += 1
-        return False
-    errors = [r for r in replies if isinstance(r, Exception)]
-    if errors:
-        pc._stats.store_failures += 1
-        logger.warning("storing hybrid prefix %s on pion-server failed (%d errors, first: %s); it stays local",
-                       ns, len(errors), errors[0])
-        return False
-    pc._stats.store_ms_total += (time.perf_counter() - t0) * 1e3
-    pc._stats.bytes_stored += nbytes
-    return True
 
 
 def _set_states(cache: Any, layer_idx: int, arrays: list[torch.Tensor | None]) -> None:

@@ -10,6 +10,9 @@ layer and side. What differs is the cache object:
   ``QuantizedKVCache(group_size=32, bits=4)`` for ``mlx4g32`` (``pion.client.runtimes.mlx_kv``).
 * A miss in ``mlx4g32`` prefills into that ``QuantizedKVCache`` and stores its bytes raw, so a
   miss and a hit hold the same bits and generate the same tokens.
+* Sliding-window models (``RotatingKVCache`` layers): only a prefix that fits the smallest window
+  is cached (``mlx_kv`` says why). A longer one is prefilled locally with no server traffic at all
+  and counted in ``stats()["window_refusals"]``; ``store`` of one returns False.
 * Namespaces come from ``mlx_runtime.mlx_fingerprint``: equal to the transformers runtime's for
   the same weights, config, tokenizer, RoPE and dtype, so prefixes are shared across runtimes
   exactly when that is valid.
@@ -27,15 +30,14 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 
 from pion.client.block_hashes import DEFAULT_BLOCK_SIZE
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
 from pion.client.prefix_transport import EncodedRowSource, RestoreDtype, RowSource, Side
 from pion.client.prompt_cache import PionPromptCache as TransformersPromptCache
-from pion.client.runtimes import mlx_kv
+from pion.client.runtimes import mlx_hybrid, mlx_kv
 from pion.client.runtimes.mlx_runtime import mlx_fingerprint, model_dtype, prefill
-from pion.client.runtimes.transformers_kv import KvShape
+from pion.client.kv_shape import KvShape
 from pion.common.ids import Namespace
 
 logger = logging.getLogger(__name__)
@@ -62,9 +64,22 @@ class PionPromptCache(TransformersPromptCache):
         raw = restore_dtype != "f16"
         self._cache_formats = [mlx_kv.MLX4_FORMAT if raw and k == v == mlx_kv.MLX4_FORMAT else "float"
                                for k, v in zip(self.formats.k, self.formats.v, strict=True)]
+        if self.hybrid is not None:  # formats cover the attention layers only; the cache has every layer
+            self._cache_formats = self.hybrid.model_formats(self._cache_formats)
+        self.windows = mlx_kv.layer_windows(model)
+        self.window = mlx_kv.prefix_window(self.windows)  # the longest cacheable prefix (None: unbounded)
+        self._window_refusals = 0
+        if self.stage2 is not None and (self.window is not None or self.hybrid is not None):
+            self.close()
+            raise ValueError("stage2 is not supported for sliding-window models (RotatingKVCache layers) "
+                             "or recurrent/hybrid models (ArraysCache layers)")
+
+    _numpy_rows = True  # row sources get numpy dtypes: nothing on the MLX path imports torch
 
     def _describe_model(self, model: Any, tokenizer: Any | None) -> tuple[Any, KvShape, tuple[str, ...]]:
-        return None, mlx_kv.kv_shape(model), mlx_fingerprint(model, tokenizer)
+        hybrid = mlx_hybrid.hybrid_transport_for(model)  # ArraysCache layers: pion.client.runtimes.mlx_hybrid
+        shape = hybrid.kv_shape if hybrid is not None else mlx_kv.kv_shape(model)
+        return hybrid, shape, mlx_fingerprint(model, tokenizer)
 
     def _make_stage2(self, lane: str) -> Any:
         from pion.client.runtimes.mlx_stage2 import MlxStage2Support
@@ -74,6 +89,35 @@ class PionPromptCache(TransformersPromptCache):
     def new_cache(self) -> list[Any]:
         """An empty cache list of the kind a hit restores (QuantizedKVCache layers for mlx4g32)."""
         return mlx_kv.make_cache(self.model, self._cache_formats)
+
+    def _fits_window(self, n_tokens: int) -> bool:
+        """False (and counted) for a prefix longer than the model's smallest sliding window."""
+        if self.window is None or n_tokens <= self.window:
+            return True
+        self._window_refusals += 1
+        logger.info("prefix of %d tokens exceeds the sliding window of %d tokens; not cached", n_tokens, self.window)
+        return False
+
+    def get_or_prefill(self, prefix_ids: Any, namespace: Namespace | str | None = None) -> Any:
+        """As the transformers cache's; a prefix longer than the sliding window is prefilled locally, uncached."""
+        ids = [int(t) for t in prefix_ids]
+        if ids and not self._fits_window(len(ids)):
+            self._stats.misses += 1
+            return self._prefill(ids)
+        return super().get_or_prefill(ids, namespace)
+
+    def store(self, prefix_ids: Any, cache: Any, namespace: Namespace | str | None = None,
+              prefill_ms: float | None = None) -> bool:
+        """As the transformers cache's; False for a prefix longer than the sliding window, or a ``cache``
+        whose sliding-window layers have rotated past the prefix (prefix + suffix longer than the window)."""
+        ids = [int(t) for t in prefix_ids]
+        if ids and not self._fits_window(len(ids)):
+            return False
+        if mlx_kv.has_rotated(cache):
+            self._window_refusals += 1
+            logger.info("cache has rotated past its sliding window; prefix of %d tokens not stored", len(ids))
+            return False
+        return super().store(ids, cache, namespace, prefill_ms)
 
     # ---- miss path --------------------------------------------------------------------------
 
@@ -89,8 +133,8 @@ class PionPromptCache(TransformersPromptCache):
         """Float rows of any layer, and a ``QuantizedKVCache(32, 4)`` layer's own bytes for mlx4g32 (sent raw)."""
         formats = self.formats
 
-        def rows(side: Side, layer: int, dtype: torch.dtype) -> np.ndarray:
-            return mlx_kv.float_rows(cache[layer], side, n_tokens, np.float16 if dtype == torch.float16 else np.float32)
+        def rows(side: Side, layer: int, dtype: Any) -> np.ndarray:
+            return mlx_kv.float_rows(cache[layer], side, n_tokens, mlx_kv.wire_np_dtype(dtype))
 
         def encoded(side: Side, layer: int) -> np.ndarray | None:
             if formats.of(side)[layer] == mlx_kv.MLX4_FORMAT and mlx_kv.is_mlx4_cache(cache[layer]):
@@ -103,6 +147,8 @@ class PionPromptCache(TransformersPromptCache):
     def _restore(self, ns: Namespace | str, n_tokens: int, lookup_ms: float) -> list[Any]:
         """Fetch both sides in one round trip and build mlx-lm cache objects; raises on any inconsistency."""
         assert self._transport is not None
+        if self.hybrid is not None:
+            return self.hybrid.restore(self, self._transport, ns, n_tokens, lookup_ms)  # type: ignore[no-any-return]
         timings = {"lookup": lookup_ms}
         t0 = time.perf_counter()
         k_reply, v_reply = self._transport.fetch(ns, n_tokens)
@@ -111,7 +157,7 @@ class PionPromptCache(TransformersPromptCache):
         k_formats = [f if self._transport.k_wire == "raw" else "fp16" for f in self.formats.k]
         v_formats = [f if self._transport.v_wire == "raw" else "fp16" for f in self.formats.v]
         cache = mlx_kv.build_cache(self.shape, n_tokens, k_formats, v_formats, k_reply, v_reply,
-                                   model_dtype(self.model))
+                                   model_dtype(self.model), self.windows)
         timings["build"] = (time.perf_counter() - t1) * 1e3
         self._stats.fetch_ms_total += lookup_ms + (time.perf_counter() - t0) * 1e3
         self._stats.bytes_fetched += sum(len(d) for d in k_reply) + sum(len(d) for d in v_reply)
@@ -121,6 +167,7 @@ class PionPromptCache(TransformersPromptCache):
     def stats(self) -> dict[str, Any]:
         """The transformers cache's counters plus the stage-2 lane counters."""
         out = super().stats()
+        out["window_refusals"] = self._window_refusals
         if self.stage2 is not None:
             out.update(self.stage2.stats())
         return out

@@ -15,8 +15,8 @@ ingested by either runtime is prepared by the other. Chunks cross this boundary 
 What differs: K is moved to its new position with the model's own mlx-lm RoPE module, applied with
 ``offset = delta`` to every token as a sequence of length 1 (RoPE(a)·RoPE(b) = RoPE(a + b), so
 this is the exact re-rotation); only position-independent RoPE (``nn.RoPE``, ``Llama3RoPE``) is
-accepted. The CacheBlend-style partial recompute (``recompute_ratio``) is not implemented for MLX
-and is refused.
+accepted. The CacheBlend-style partial recompute (``recompute_ratio``) runs through
+``pion.client.runtimes.mlx_blend`` (Llama-layout mlx-lm models; others are refused at construction).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pion.client.chunk_store import ChunkKv
 from pion.client.retrieval_cache import HybridRetrievalCache, _ids
 from pion.client.rope import UnsupportedRope
 from pion.client.runtimes import mlx_kv
+from pion.client.runtimes.mlx_blend import blend_recompute, check_layout
 from pion.client.runtimes.mlx_runtime import mlx_fingerprint, model_dtype
 from pion.client.runtimes.transformers_kv import KvShape
 
@@ -60,14 +61,16 @@ def key_rope(model: Any) -> Any:
 class MlxHybridRetrievalCache(HybridRetrievalCache):
     """Prefilled K/V of RAG chunks for an mlx-lm model (Llama family), composed at request time.
 
-    Args: as ``HybridRetrievalCache``; ``recompute_ratio`` must be 0.
+    Args: as ``HybridRetrievalCache`` (``recompute_ratio > 0`` needs a Llama-layout model:
+    ``mlx_blend.UnsupportedModel`` otherwise).
     """
 
     def __init__(self, model: Any, backend: str = "inproc", vquant: str = "fp16", client: Any | None = None, *,
                  recompute_ratio: float = 0.0, **kwargs: Any) -> None:
-        if recompute_ratio != 0.0:
-            raise ValueError("recompute_ratio is not implemented for the MLX runtime; use 0 (the default)")
-        super().__init__(model, backend, vquant, client, **kwargs)  # type: ignore[arg-type]
+        if recompute_ratio > 0:
+            check_layout(model)
+        super().__init__(model, backend, vquant, client, recompute_ratio=recompute_ratio,  # type: ignore[arg-type]
+                         **kwargs)
 
     def _describe_model(self, model: Any) -> tuple[KvShape, tuple[str, ...]]:
         self.rope = key_rope(model)
@@ -99,7 +102,19 @@ class MlxHybridRetrievalCache(HybridRetrievalCache):
             keys = [self._rotate(_to_mx(c.keys[layer], dtype), delta) for c, delta in parts]
             values = [_to_mx(c.values[layer], dtype) for c, _ in parts]
             layers.append((mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2)))
-        return _cache(layers), _ids(suffix_ids, "suffix_ids")
+        cache = _cache(layers)
+        if self.recompute_ratio > 0:
+            # Parts still where they were prefilled (the stub, a first pack right after it) are exact
+            # already; recompute only from the first moved part on (as the transformers version).
+            start = 0
+            for chunk, _ in parts:
+                if chunk.base_pos != start:
+                    break
+                start += chunk.n_tokens
+            all_ids = [t for chunk, _ in parts for t in chunk.token_ids]
+            if start < len(all_ids):
+                blend_recompute(self.model, cache, all_ids, start, self.recompute_ratio, self.recompute_layer)
+        return cache, _ids(suffix_ids, "suffix_ids")
 
     def _rotate(self, keys: mx.array, delta: int) -> mx.array:
         """``[1, H, n, D]`` keys moved ``delta`` positions later (exact RoPE composition)."""

@@ -28,6 +28,12 @@ decide what a failure means (the prompt cache prefills locally, pion-llm serves 
 ``fetch_chain`` is the exception by design: a segment that is missing or malformed ends the
 chain there (its rows are useless without it), so it returns the prefix of the chain it could
 restore.
+
+Importing this module imports no torch (the MLX runtime's ``[mlx]`` install has none): rows
+travel as numpy arrays, and the two torch-facing parts import it when called — ``decode`` /
+``decode_layer`` (they build tensors) and the default ``RowSource`` dtype argument (a torch dtype,
+what the transformers callers' row sources convert to; ``numpy_rows=True`` passes numpy's
+``float16``/``float32`` instead).
 """
 
 from __future__ import annotations
@@ -35,26 +41,31 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import redis
-import torch
 
 from pion.client.block_hashes import BlockTable
 from pion.client.connection import FetchDtype, PionClient, PionPipeline, StoreDtype
-from pion.client.runtimes.transformers_kv import KvShape, RestoredKv, frombuffer
+from pion.client.kv_shape import KvShape
 from pion.codecs import get_codec
 from pion.common.ids import Namespace, k_session, v_session
+
+if TYPE_CHECKING:
+    import torch
+
+    from pion.client.runtimes.transformers_kv import RestoredKv
 
 logger = logging.getLogger(__name__)
 
 # Formats whose stored bytes are plain little-endian floats: fetched raw and viewed without decoding.
-FLOAT_FORMATS: dict[str, torch.dtype] = {"fp16": torch.float16, "fp32": torch.float32}
+FLOAT_FORMATS: dict[str, Any] = {"fp16": np.float16, "fp32": np.float32}
 RestoreDtype = Literal["auto", "f16", "raw"]
 Side = Literal["k", "v"]
-# (side, layer, wire torch dtype) -> contiguous [n_tokens, kv_dim] rows on the CPU
-RowSource = Callable[[Side, int, torch.dtype], np.ndarray]
+# (side, layer, wire dtype: torch.float16/float32, or numpy's with numpy_rows=True) -> contiguous
+# [n_tokens, kv_dim] rows on the CPU
+RowSource = Callable[[Side, int, Any], np.ndarray]
 # (side, layer) -> rows already encoded in the layer's format ([n_tokens, row_bytes] uint8, sent
 # DTYPE raw), or None to send that layer through the RowSource (e.g. an MLX QuantizedKVCache)
 EncodedRowSource = Callable[[Side, int], np.ndarray | None]
@@ -131,19 +142,21 @@ def fetch_wire_dtype(formats: Sequence[str], restore_dtype: RestoreDtype) -> Fet
 
 def decode_layer(data: bytes, fmt: str, wire: FetchDtype, kv_dim: int) -> torch.Tensor:
     """Reply bytes of one layer as a flat float tensor of ``n_tokens * kv_dim`` values."""
-    if wire == "f16":
+    import torch
+
+    from pion.client.runtimes.transformers_kv import frombuffer
+
+    if wire == "f16" or (wire == "raw" and fmt == "fp16"):
         return frombuffer(data, torch.float16)
-    if wire == "f32":
+    if wire == "f32" or (wire == "raw" and fmt == "fp32"):
         return frombuffer(data, torch.float32)
-    if fmt in FLOAT_FORMATS:
-        return frombuffer(data, FLOAT_FORMATS[fmt])
     rows = get_codec(fmt).decode(data, kv_dim, np.float32)
     return torch.from_numpy(np.ascontiguousarray(rows))
 
 
 def stacked_rows(keys: torch.Tensor, values: torch.Tensor) -> RowSource:
     """A ``RowSource`` over ``[n_layers, n_kv_heads, n_tokens, head_dim]`` tensors (pion-llm's segments)."""
-    def rows(side: Side, layer: int, dtype: torch.dtype) -> np.ndarray:
+    def rows(side: Side, layer: int, dtype: Any) -> np.ndarray:
         states = (keys if side == "k" else values)[layer]
         n_heads, n_tokens, head_dim = states.shape
         flat = states.transpose(0, 1).reshape(n_tokens, n_heads * head_dim)
@@ -159,10 +172,12 @@ class PrefixTransport:
         shape: the model's K/V geometry.
         formats: storage format of every layer and side.
         restore_dtype: ``"auto"``/``"raw"`` decode here (measured faster), ``"f16"`` on the server.
+        numpy_rows: pass row sources numpy's float16/float32 as the wire dtype (no torch import);
+            False passes torch's (the transformers callers').
     """
 
     def __init__(self, client: PionClient, shape: KvShape, formats: LayerFormats,
-                 restore_dtype: RestoreDtype = "auto") -> None:
+                 restore_dtype: RestoreDtype = "auto", *, numpy_rows: bool = False) -> None:
         if len(formats.k) != shape.n_layers or len(formats.v) != shape.n_layers:
             raise ValueError(f"formats cover {len(formats.k)}/{len(formats.v)} layers, model has {shape.n_layers}")
         for fmt in {*formats.k, *formats.v}:
@@ -172,6 +187,15 @@ class PrefixTransport:
         self.formats = formats
         self.k_wire = fetch_wire_dtype(formats.k, restore_dtype)
         self.v_wire = fetch_wire_dtype(formats.v, restore_dtype)
+        self.numpy_rows = numpy_rows
+
+    def _row_dtypes(self) -> tuple[Any, Any]:
+        """The (f16, f32) wire dtypes handed to a ``RowSource``."""
+        if self.numpy_rows:
+            return np.float16, np.float32
+        import torch
+
+        return torch.float16, torch.float32
 
     # ---- store ---------------------------------------------------------------------------------
 
@@ -206,13 +230,14 @@ class PrefixTransport:
         """
         formats = self.formats
         nbytes = 0
+        f16, f32 = self._row_dtypes()
         sides: tuple[tuple[Side, str], ...] = (("k", k_session(ns)), ("v", v_session(ns)))
         for side, sid in sides:
             for layer, fmt in enumerate(formats.of(side)):
                 ready = encoded(side, layer) if encoded is not None else None
                 wire: StoreDtype = store_wire_dtype(fmt) if ready is None else "raw"
                 layer_rows = (ready if ready is not None
-                              else rows(side, layer, torch.float32 if wire == "f32" else torch.float16))
+                              else rows(side, layer, f32 if wire == "f32" else f16))
                 nbytes += layer_rows.nbytes
                 blob = memoryview(layer_rows).cast("B")  # type: ignore[arg-type]  # ndarray is a buffer
                 pipe.v_storebatch(sid, layer, 0, blob, dtype=wire)
@@ -250,6 +275,8 @@ class PrefixTransport:
 
     def decode(self, k_reply: Sequence[bytes], v_reply: Sequence[bytes], n_tokens: int) -> RestoredKv:
         """The two V.MFETCH replies as a ``RestoredKv``; ValueError when a reply has the wrong shape."""
+        from pion.client.runtimes.transformers_kv import RestoredKv
+
         restored = RestoredKv(self.shape, n_tokens)
         sides: tuple[tuple[Side, Sequence[bytes], FetchDtype], ...] = (("k", k_reply, self.k_wire),
                                                                        ("v", v_reply, self.v_wire))

@@ -32,17 +32,14 @@ from typing import Any
 
 import numpy as np
 import redis
-import torch
 
 from pion.client.block_hashes import DEFAULT_BLOCK_SIZE, block_table
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
-from pion.client.hybrid_prefix import hybrid_transport_for
+from pion.client.kv_shape import KvShape
 from pion.client.namespaces import make_namespace, model_fingerprint, prefix_namespace
 from pion.client.prefix_transport import (
     EncodedRowSource, LayerFormats, PrefixTransport, RestoreDtype, RowSource, Side,
 )
-from pion.client.runtimes.transformers_kv import KvShape, layer_rows
-from pion.client.runtimes.transformers_runtime import model_device, prefill
 from pion.codecs import get_codec
 from pion.common.ids import Namespace
 
@@ -123,14 +120,20 @@ class PionPromptCache:
             if self._owns_client:
                 self.client.close()
             self.client = None
-        self._transport = (PrefixTransport(self.client, self.shape, self.formats, restore_dtype)
+        self._transport = (PrefixTransport(self.client, self.shape, self.formats, restore_dtype,
+                                           numpy_rows=self._numpy_rows)
                            if self.client is not None else None)
         self.stage2 = self._make_stage2(stage2_lane) if stage2 else None
 
     # ---- what a runtime provides (pion.client.mlx_prompt_cache overrides these for mlx-lm) ----
+    # (torch and the transformers helpers are imported inside them, so the MLX subclass loads no torch)
+
+    _numpy_rows = False  # row sources get torch dtypes (see PrefixTransport's numpy_rows)
 
     def _describe_model(self, model: Any, tokenizer: Any | None) -> tuple[Any, KvShape, tuple[str, ...]]:
         """(recurrent-layer transport or None, K/V geometry, namespace fingerprint); called once by __init__."""
+        from pion.client.hybrid_prefix import hybrid_transport_for
+
         hybrid = hybrid_transport_for(model)  # recurrent layers present: pion.client.hybrid_prefix
         shape = hybrid.kv_shape if hybrid is not None else KvShape.from_config(model.config)
         return hybrid, shape, model_fingerprint(model, tokenizer)
@@ -142,7 +145,9 @@ class PionPromptCache:
 
     def _row_sources(self, cache: Any, n_tokens: int) -> tuple[RowSource, EncodedRowSource | None]:
         """Where ``_store`` reads a prefilled cache's rows: float rows, and already-encoded ones (or None)."""
-        def rows(side: Side, layer: int, dtype: torch.dtype) -> np.ndarray:
+        from pion.client.runtimes.transformers_kv import layer_rows
+
+        def rows(side: Side, layer: int, dtype: Any) -> np.ndarray:
             return layer_rows(cache, layer, side, n_tokens, dtype)
         return rows, None
 
@@ -246,6 +251,8 @@ class PionPromptCache:
         return self._timed_prefill(ids)[0]
 
     def _timed_prefill(self, ids: list[int]) -> tuple[Any, float]:
+        from pion.client.runtimes.transformers_runtime import prefill
+
         t0 = time.perf_counter()
         cache = prefill(self.model, ids)
         ms = (time.perf_counter() - t0) * 1e3
@@ -282,6 +289,8 @@ class PionPromptCache:
 
     def _restore(self, ns: Namespace | str, n_tokens: int, lookup_ms: float) -> Any:
         """Fetch both sides in one round trip and build the cache; raises on any inconsistency."""
+        from pion.client.runtimes.transformers_runtime import model_device
+
         assert self._transport is not None
         if self.hybrid is not None:
             return self.hybrid.restore(self, self._transport, ns, n_tokens, lookup_ms)

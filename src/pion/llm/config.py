@@ -132,6 +132,6 @@ def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None
     config = LlmConfig(**load_options("pion-llm", DESCRIPTION, OPTIONS, argv, env))
     if config.stage2 and (config.no_pion or config.no_prefix_cache):
         raise ConfigError("--stage2: needs pion-server, so not with --no-pion or --no-prefix-cache")
-    if config.runtime == "mlx" and (config.stage2 or config.device is not None):
-        raise ConfigError("--runtime mlx: takes neither --stage2 nor --device (MLX picks Metal or the CPU)")
+    if config.runtime == "mlx" and config.device is not None:
+        raise ConfigError("--runtime mlx: takes no --device (MLX picks Metal or the CPU)")
     return config

@@ -51,6 +51,11 @@ class RuntimeOps:
     cache_from_segments: Callable[[Any, Sequence[SegmentKV]], Any]
     segment_from_cache: Callable[[Any, int, int], SegmentKV]
     generate_steps: Callable[..., Iterator[GenerationStep]]
+    # --stage2: route the model's attention through Pion's, and build a cache of ``prefix_len``
+    # remote tokens whose prefix part is served by a ``pion.llm.stage2.ChainLane``
+    select_stage2: Callable[[Any], None] = select_pion_attention
+    remote_cache: Callable[[Any, int, Any], Any] = lambda model, prefix_len, lane: make_remote_cache(
+        model.config, prefix_len, lane)
 
 
 TRANSFORMERS_OPS = RuntimeOps(
@@ -89,7 +94,7 @@ class Generation:
         self.first_token_ms: float | None = None
         self._new_rows: list[tuple[ChainLink, SegmentKV]] = []
         self._restored = remote.n_links if remote is not None else len(restored)
-        cache = (make_remote_cache(engine.model.config, remote.n_tokens, remote.lane) if remote is not None
+        cache = (engine.ops.remote_cache(engine.model, remote.n_tokens, remote.lane) if remote is not None
                  else engine.ops.cache_from_segments(engine.model, restored))
         self._cache = cache
         self.restore_ms = (time.perf_counter() - started) * 1000.0  # fetch + decode + cache build
@@ -162,7 +167,7 @@ class Engine:
         self.generation_defaults = generation_defaults or GenerationDefaults()
         self.stage2 = stage2  # --stage2: restored segments are attended in pion-server
         if stage2 is not None:
-            select_pion_attention(model)
+            ops.select_stage2(model)
 
     @property
     def reuse_enabled(self) -> bool:

@@ -49,7 +49,6 @@ def make_engine(config: LlmConfig) -> Engine:
     from pion.client.runtimes.transformers_runtime import load_model
     from pion.llm.defaults import generation_config_values, resolve_generation_defaults
     from pion.llm.engine import Engine
-    from pion.llm.segments import ModelShape
     from pion.llm.stores import MemorySegmentStore, PionSegmentStore, SegmentStore
 
     threads = torch_threads(config.threads)
@@ -86,7 +85,7 @@ def make_engine(config: LlmConfig) -> Engine:
     if config.stage2 and isinstance(store, PionSegmentStore):
         from pion.llm.stage2 import Stage2Restore
 
-        stage2 = Stage2Restore(store.redis_client, ModelShape.of(model))
+        stage2 = Stage2Restore(store.redis_client, ops.shape(model))
     return Engine(model, tokenizer, config.model, store, config.vquant, budget if store is not None else None,
                   generation_defaults=defaults, stage2=stage2, ops=ops)
 

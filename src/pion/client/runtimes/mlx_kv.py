@@ -16,17 +16,28 @@ Formats, by the cache object a hit restores into:
   so its bytes round-trip unchanged; the scales are in the activation dtype, so this is
   byte-exact for an fp16 model (an fp32 model's scales are rounded to fp16 once, on store).
 * every other codec (int8, fp8, turbo*) → decoded with ``pion.codecs`` into a ``KVCache``.
+
+Sliding-window layers (``RotatingKVCache``, e.g. Gemma 3's local layers, Ministral): a rotating
+cache of ``max_size`` keeps every token only while ``offset <= max_size``; past that it overwrites
+the oldest ones (after the first ``keep``), so rows ``[0, N)`` no longer exist. A prefix is
+therefore cached for such a model only when it fits the smallest window (``prefix_window``): it is
+stored as ordinary rows and restored into ``RotatingKVCache(max_size, keep)`` in the exact state a
+prefill of those N tokens leaves (``offset == _idx == N``, temporal order). A longer prefix is
+refused (``WindowTooSmall``; ``PionPromptCache`` then prefills locally and stores nothing). A
+rotating layer holds floats in every format (mlx-lm cannot quantize it), so under mlx4g32 it is
+stored encoded by the server and restored dequantized.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
-from pion.client.runtimes.transformers_kv import KvShape
+from pion.client.kv_shape import KvShape
 from pion.codecs import get_codec
 from pion.codecs.base import GROUP_SIZE
 from pion.codecs.mlx4g32 import pack_mlx_triplet
@@ -36,6 +47,51 @@ MLX4_BITS = 4
 _FLOAT_NP = {"fp16": np.float16, "fp32": np.float32}
 
 
+class WindowTooSmall(ValueError):
+    """A prefix longer than a sliding-window layer's window (its first rows are gone)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """One ``RotatingKVCache`` layer's geometry: ``max_size`` tokens, the first ``keep`` never evicted."""
+
+    max_size: int
+    keep: int
+
+
+def layer_windows(model: Any) -> list[Window | None]:
+    """Per layer, the window of a ``RotatingKVCache`` layer, None for a full-history layer.
+
+    Read from the cache list mlx-lm would build for the model (``make_prompt_cache``: the
+    model's ``make_cache`` when it has one), so it follows whatever layer pattern the model uses.
+    """
+    from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
+
+    return [Window(int(c.max_size), int(c.keep)) if isinstance(c, RotatingKVCache) else None
+            for c in make_prompt_cache(model)]
+
+
+def prefix_window(windows: Sequence[Window | None]) -> int | None:
+    """The longest prefix that can be cached: the smallest window, None when no layer slides."""
+    sizes = [w.max_size for w in windows if w is not None]
+    return min(sizes) if sizes else None
+
+
+def check_fits(windows: Sequence[Window | None], n_tokens: int) -> None:
+    """Raise ``WindowTooSmall`` when ``n_tokens`` exceed the smallest sliding window."""
+    limit = prefix_window(windows)
+    if limit is not None and n_tokens > limit:
+        raise WindowTooSmall(f"prefix of {n_tokens} tokens does not fit the model's sliding window of {limit} "
+                             "tokens; only prefixes that fit the window are cached")
+
+
+def has_rotated(cache: Sequence[Any]) -> bool:
+    """True when some ``RotatingKVCache`` layer has held more than its window (its oldest rows are gone)."""
+    from mlx_lm.models.cache import RotatingKVCache
+
+    return any(isinstance(c, RotatingKVCache) and c.offset > c.max_size for c in cache)
+
+
 def kv_shape(model: Any) -> KvShape:
     """The K/V geometry of an mlx-lm model, from its ``args``."""
     args = model.args
@@ -43,6 +99,16 @@ def kv_shape(model: Any) -> KvShape:
     head_dim = getattr(args, "head_dim", None) or int(args.hidden_size) // n_heads
     n_kv_heads = getattr(args, "num_key_value_heads", None) or n_heads
     return KvShape(len(model.layers), int(n_kv_heads), int(head_dim))
+
+
+def wire_np_dtype(dtype: Any) -> Any:
+    """The numpy dtype of a ``RowSource``'s wire dtype argument (numpy's or torch's float16/float32)."""
+    name = str(np.dtype(dtype)) if isinstance(dtype, (type, np.dtype)) else str(dtype)  # torch: "torch.float32"
+    if name.endswith("float32"):
+        return np.float32
+    if name.endswith("float16"):
+        return np.float16
+    raise ValueError(f"rows travel as float16 or float32, not {name}")
 
 
 def is_mlx4_cache(layer: Any) -> bool:
@@ -62,8 +128,11 @@ def _token_major(x: mx.array, n_tokens: int) -> mx.array:
 
 def float_rows(layer: Any, side: str, n_tokens: int, np_dtype: Any) -> np.ndarray:
     """One layer-side as contiguous float ``[n_tokens, kv_dim]`` rows (a quantized cache is dequantized)."""
-    from mlx_lm.models.cache import QuantizedKVCache
+    from mlx_lm.models.cache import QuantizedKVCache, RotatingKVCache
 
+    if isinstance(layer, RotatingKVCache) and (n_tokens > layer.max_size or layer.offset > layer.max_size):
+        raise WindowTooSmall(f"a sliding-window layer of {layer.max_size} tokens holding {layer.offset} has "
+                             f"rotated: its first {n_tokens} rows are not all there")
     states = layer.keys if side == "k" else layer.values
     if isinstance(layer, QuantizedKVCache):
         packed, scales, biases = states
@@ -115,14 +184,21 @@ def mlx4_layer(data: bytes | memoryview, shape: KvShape, n_tokens: int,
 
 
 def build_cache(shape: KvShape, n_tokens: int, k_formats: Sequence[str], v_formats: Sequence[str],
-                k_reply: Sequence[bytes], v_reply: Sequence[bytes], dtype: Any) -> list[Any]:
+                k_reply: Sequence[bytes], v_reply: Sequence[bytes], dtype: Any,
+                windows: Sequence[Window | None] | None = None) -> list[Any]:
     """A new mlx-lm cache list holding a restored prefix (one object per layer; see the module docstring).
 
-    A layer whose K and V are both mlx4g32 becomes a ``QuantizedKVCache``; any other becomes a
-    ``KVCache``. Raises ValueError for a reply of the wrong shape.
+    A layer with a window (``windows``, from ``layer_windows``) becomes a ``RotatingKVCache`` in
+    the state a prefill of ``n_tokens`` leaves; otherwise a layer whose K and V are both mlx4g32
+    becomes a ``QuantizedKVCache`` and any other a ``KVCache``. Raises ValueError for a reply of
+    the wrong shape, ``WindowTooSmall`` for a prefix longer than a window.
     """
-    from mlx_lm.models.cache import KVCache, QuantizedKVCache
+    from mlx_lm.models.cache import KVCache, QuantizedKVCache, RotatingKVCache
 
+    windows = list(windows) if windows is not None else [None] * shape.n_layers
+    if len(windows) != shape.n_layers:
+        raise ValueError(f"{len(windows)} layer windows for {shape.n_layers} layers")
+    check_fits(windows, n_tokens)
     for side, reply in (("k", k_reply), ("v", v_reply)):
         if len(reply) != shape.n_layers:
             raise ValueError(f"V.MFETCH returned {len(reply)} layers for side {side}, expected {shape.n_layers}")
@@ -130,7 +206,13 @@ def build_cache(shape: KvShape, n_tokens: int, k_formats: Sequence[str], v_forma
     for layer in range(shape.n_layers):
         kf, vf = k_formats[layer], v_formats[layer]
         obj: Any
-        if kf == MLX4_FORMAT and vf == MLX4_FORMAT:
+        window = windows[layer]
+        if window is not None:
+            obj = RotatingKVCache(max_size=window.max_size, keep=window.keep)
+            obj.keys = float_layer(k_reply[layer], kf, shape, n_tokens, dtype)
+            obj.values = float_layer(v_reply[layer], vf, shape, n_tokens, dtype)
+            obj._idx = n_tokens  # what RotatingKVCache's own first update leaves (temporal order, no gap)
+        elif kf == MLX4_FORMAT and vf == MLX4_FORMAT:
             obj = QuantizedKVCache(group_size=GROUP_SIZE, bits=MLX4_BITS)
             obj.keys = mlx4_layer(k_reply[layer], shape, n_tokens, dtype)
             obj.values = mlx4_layer(v_reply[layer], shape, n_tokens, dtype)
@@ -162,11 +244,12 @@ def make_cache(model: Any, formats: Sequence[str]) -> list[Any]:
     """An empty cache list for a prefill whose layers will be stored in ``formats`` (per layer).
 
     mlx4g32 layers prefill into ``QuantizedKVCache(32, 4)``, so a miss computes exactly what a hit
-    restores; every other layer into a ``KVCache``.
+    restores; every other layer into what mlx-lm would use (``KVCache``, or a sliding-window
+    layer's ``RotatingKVCache``, which stays float in every format).
     """
-    from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
+    from mlx_lm.models.cache import QuantizedKVCache, RotatingKVCache, make_prompt_cache
 
-    if all(f != MLX4_FORMAT for f in formats):
-        return make_prompt_cache(model)
-    return [QuantizedKVCache(group_size=GROUP_SIZE, bits=MLX4_BITS) if f == MLX4_FORMAT else KVCache()
-            for f in formats]
+    native = make_prompt_cache(model)
+    return [QuantizedKVCache(group_size=GROUP_SIZE, bits=MLX4_BITS)
+            if f == MLX4_FORMAT and not isinstance(c, RotatingKVCache) else c
+            for f, c in zip(formats, native, strict=True)]

@@ -29,8 +29,7 @@ from typing import Any
 import mlx.core as mx
 
 from pion.client.runtimes.model_files import DEFAULT_MODEL, resolve_model
-from pion.client.runtimes.text_steps import TextEmitter
-from pion.client.runtimes.transformers_runtime import GenerationStep
+from pion.client.runtimes.text_steps import GenerationStep, TextEmitter
 
 Prompt = str | Sequence[int]
 
@@ -217,7 +216,8 @@ def generate_steps(model: Any, tokenizer: Any, prompt: Prompt, prompt_cache: lis
     if seed is not None:
         mx.random.seed(seed)
     sampler = make_sampler(temp=temperature, top_p=top_p if temperature > 0 else 0.0)
-    eos = set(getattr(tokenizer, "eos_token_ids", None) or {tokenizer.eos_token_id})
+    eos_ids = getattr(tokenizer, "eos_token_ids", None)  # mlx-lm's wrapper: a set; a transformers 5 tokenizer: an int
+    eos = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids or {tokenizer.eos_token_id})
     text = TextEmitter(tokenizer, stop)
     for token, _ in generate_step(mx.array(ids), model, max_tokens=max_tokens, sampler=sampler,
                                   prompt_cache=prompt_cache):

@@ -115,7 +115,11 @@ def _cached_sha(gguf: Path) -> str:
 
 def _convert_gguf(gguf: Path, target: Path, model_id: str, sha: str) -> None:
     """Dequantize a GGUF once into a safetensors directory (with its tokenizer)."""
-    import torch
+    try:
+        import torch
+    except ImportError as exc:  # e.g. `pip install 'pion[mlx]'` alone: mlx-lm needs no torch, this step does
+        raise ImportError(f"converting {gguf.name} to safetensors (once, then cached under {target.parent}) "
+                          "needs torch: pip install 'pion[runtime]', or load an mlx-lm/HF model directory") from exc
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"pion: converting {gguf.name} to safetensors under {target.parent} (one time, ~20 s)...",

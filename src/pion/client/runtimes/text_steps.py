@@ -8,7 +8,17 @@ emitted. Used by the transformers and MLX runtimes' ``generate_steps``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass
+class GenerationStep:
+    """One generated token: its id, the new text it completed, and seconds since the call began."""
+
+    token: int
+    text: str
+    elapsed_s: float
 
 
 class TextEmitter:

@@ -16,13 +16,12 @@ import inspect
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from pion.client.runtimes.model_files import DEFAULT_MODEL, resolve_model
-from pion.client.runtimes.text_steps import TextEmitter
+from pion.client.runtimes.text_steps import GenerationStep, TextEmitter  # GenerationStep re-exported
 
 Prompt = str | Sequence[int] | torch.Tensor
 
@@ -147,15 +146,6 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
         elif isinstance(source, list):
             ids.update(int(x) for x in source)
     return ids
-
-
-@dataclass
-class GenerationStep:
-    """One generated token: its id, the new text it completed, and seconds since the call began."""
-
-    token: int
-    text: str
-    elapsed_s: float
 
 
 @torch.inference_mode()
