@@ -14,7 +14,7 @@ Policies compared on the same embeddings (all-MiniLM-L6-v2, as pion-server uses)
   * candidate cosine >= 0.8 + the aligned verifier (``pion.proxy.verifier``,
     ``pion-serve --verifier aligned --cache-threshold 0.8``);
   * the learned verifier (``pion.proxy.learned_verifier``, ``pion-serve --verifier learned
-    --cache-threshold 0.7``): weights from ``train_l1_verifier.py`` (train/dev only).
+    --cache-threshold 0.65``): weights from ``train_l1_verifier.py`` (train/dev only).
 
     python benchmarks/semantic_cache_eval.py            # report train/dev/test, write the sweep PNG
     python benchmarks/semantic_cache_eval.py --fit      # refit: weights on train, floor/threshold on dev

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def learned(shared_pion_server: ServerProcess, fake_openai: FakeBackend,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
     p = start_proxy(tmp_path_factory.mktemp("learned"), "--backend", "vllm", "--backend-url", fake_openai.url,
-                    "--verifier", "learned", "--cache-threshold", "0.7", *pion_args(shared_pion_server))
+                    "--verifier", "learned", "--cache-threshold", "0.65", *pion_args(shared_pion_server))
     try:
         wait_for_embedder(p)
         wait_for_verifier(p)

@@ -129,7 +129,7 @@ OPTIONS: list[Option] = [
          "serve every hit above the threshold (A/B only: serves wrong answers)", switch="no"),
     _opt(("--verifier",), "verifier", parse_choice(*VERIFIERS),
          "how a similarity hit is checked: guard (default) | aligned | learned (most paraphrases served;"
-         " use with --cache-threshold 0.7)"),
+         " use with --cache-threshold 0.65)"),
     _opt(("--cache-ttl",), "cache_ttl_s", parse_float(), "seconds a cached answer lives"),
     _opt(("--ollama-url",), "ollama_url", parse_text, "Ollama URL for the ollama backend and embedding fallback"),
     _opt(("--embed-backend",), "embed_backend", parse_choice(*EMBED_BACKENDS), "auto | pion | sie | ollama | none"),

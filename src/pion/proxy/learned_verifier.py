@@ -11,13 +11,15 @@ right whenever they fire) and replaces the word-list decision with a score:
   score = sigmoid(coef . (features - mean) / scale + intercept); serve when the sentence
   cosine is at least ``floor`` and the score at least ``threshold``.
 
-The weights file (``learned_verifier.json``, about 1 KB) is written by
-``benchmarks/train_l1_verifier.py``: coefficients fitted on the train split only, the
-floor, regularisation and threshold chosen on the dev split (traps served <= 1.5% of dev
-pairs, none of the dev conversations), the test split only scored. Format::
+The weights file (``learned_verifier.json``, about 2 KB) is written by
+``benchmarks/train_l1_verifier.py``: coefficients fitted on the train split only (plus
+synthetic swapped-word traps made from train questions: the train split's own traps
+rarely showed an opposite action that passes the hard gates), the floor, regularisation
+and threshold chosen on the dev split (traps served <= 1.5% of dev pairs, none of the
+dev conversations), the test split only scored. Format (JSON, floats at full precision)::
 
     {"version": 1, "features": ["cos", ...], "mean": [...], "scale": [...],
-     "coef": [...], "intercept": -1.2, "floor": 0.7, "threshold": 0.97, "trained_on": "..."}
+     "coef": [...], "intercept": 0.9, "floor": 0.65, "threshold": 0.77, "trained_on": "..."}
 """
 
 from __future__ import annotations
