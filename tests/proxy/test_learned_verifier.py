@@ -17,7 +17,8 @@ from pion.proxy.token_align import FEATURES, TokenEncoder, features
 
 
 @pytest.fixture(scope="module")
-def learned() -> LearnedVerifier:
+def learned_verifier() -> LearnedVerifier:
+    """Loads MiniLM and WordNet once per module (~30 s on a busy CPU): slow by tests/conftest.py."""
     v = LearnedVerifier(encoder=TokenEncoder(threads=1))
     assert v.load() is True
     return v
@@ -48,70 +49,60 @@ def test_a_weights_file_of_another_version_is_refused(tmp_path: Path) -> None:
     assert str(info.value) == f"{bad}: weights version 99, expected 1"
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_identical_questions_align_every_word_fully(learned: LearnedVerifier) -> None:
-    q, c = learned.encode(["How do I export my Quorbit notes?", "How do I export my Quorbit notes?"])
+def test_identical_questions_align_every_word_fully(learned_verifier: LearnedVerifier) -> None:
+    q, c = learned_verifier.encode(["How do I export my Quorbit notes?", "How do I export my Quorbit notes?"])
     f = dict(zip(FEATURES, features(q, c).round(3).tolist(), strict=True))
     assert (f["cos"], f["ctx_min"], f["static_min"], f["low_more"], f["exact_share"]) == (1.0, 1.0, 1.0, 0.0, 1.0)
     assert q.words == ("export", "quorbit", "notes")
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_an_opposite_action_aligns_poorly_while_its_neighbours_align_well(learned: LearnedVerifier) -> None:
-    q, c = learned.encode(["How do I read a file in Go?", "How do I write a file in Go?"])
+def test_an_opposite_action_aligns_poorly_while_its_neighbours_align_well(learned_verifier: LearnedVerifier) -> None:
+    q, c = learned_verifier.encode(["How do I read a file in Go?", "How do I write a file in Go?"])
     best = (q.ctx @ c.ctx.T).max(1)
     assert q.words == ("read", "file")  # "go" is on the guard's stop list
     assert (best < 0.6).tolist() == [True, False]
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_encodings_of_cached_questions_are_kept_until_forgotten(learned: LearnedVerifier) -> None:
-    first = learned.encode(["Where is the Quorbit settings page?"])[0]
-    assert learned.encode(["Where is the Quorbit settings page?"])[0] is first
-    learned.forget()
-    assert learned.encode(["Where is the Quorbit settings page?"])[0] is not first
+def test_encodings_of_cached_questions_are_kept_until_forgotten(learned_verifier: LearnedVerifier) -> None:
+    first = learned_verifier.encode(["Where is the Quorbit settings page?"])[0]
+    assert learned_verifier.encode(["Where is the Quorbit settings page?"])[0] is first
+    learned_verifier.forget()
+    assert learned_verifier.encode(["Where is the Quorbit settings page?"])[0] is not first
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_the_same_question_is_served(learned: LearnedVerifier) -> None:
-    assert learned.check("How do I export my Quorbit notes?", "How do I export my Quorbit notes?", 1.0).ok is True
+def test_the_same_question_is_served(learned_verifier: LearnedVerifier) -> None:
+    assert learned_verifier.check("How do I export my Quorbit notes?", "How do I export my Quorbit notes?", 1.0).ok is True
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_a_different_number_is_refused_by_the_hard_checks(learned: LearnedVerifier) -> None:
-    v = learned.check("Where is my Quorbit order 5512?", "Where is my Quorbit order 5521?", 0.97)
+def test_a_different_number_is_refused_by_the_hard_checks(learned_verifier: LearnedVerifier) -> None:
+    v = learned_verifier.check("Where is my Quorbit order 5512?", "Where is my Quorbit order 5521?", 0.97)
     assert (v.ok, v.reason, v.stage) == (False, "numbers", "guard")
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_an_added_scope_is_refused_by_the_score(learned: LearnedVerifier) -> None:
-    v = learned.check("How do I install numpy on a laptop?", "How do I install numpy?", 0.9)
+def test_an_added_scope_is_refused_by_the_score(learned_verifier: LearnedVerifier) -> None:
+    v = learned_verifier.check("How do I install numpy on a laptop?", "How do I install numpy?", 0.9)
     assert (v.ok, v.reason, v.stage) == (False, "low_score", "verifier")
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_an_opposite_action_wordnet_does_not_list_is_refused_by_the_score(learned: LearnedVerifier) -> None:
-    assert learned.verifier.check("How do I write a file in Go?", "How do I read a file in Go?", 0.886).ok is True
-    v = learned.check("How do I write a file in Go?", "How do I read a file in Go?", 0.886)
+def test_an_opposite_action_wordnet_does_not_list_is_refused_by_the_score(learned_verifier: LearnedVerifier) -> None:
+    assert learned_verifier.verifier.check("How do I write a file in Go?", "How do I read a file in Go?", 0.886).ok is True
+    v = learned_verifier.check("How do I write a file in Go?", "How do I read a file in Go?", 0.886)
     assert (v.ok, v.reason, v.stage) == (False, "low_score", "verifier")
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_a_synonym_paraphrase_is_served(learned: LearnedVerifier) -> None:
-    assert learned.check("How can I update my profile photo?", "How do I change my profile picture?", 0.877).ok is True
+def test_a_synonym_paraphrase_is_served(learned_verifier: LearnedVerifier) -> None:
+    assert learned_verifier.check("How can I update my profile photo?", "How do I change my profile picture?", 0.877).ok is True
 
 
-@pytest.mark.slow  # loads MiniLM and WordNet once per module (~30 s on a busy CPU)
-def test_a_cosine_under_the_floor_is_refused_before_scoring(learned: LearnedVerifier) -> None:
-    v = learned.check("How do I export my Quorbit notes?", "How do I export my Quorbit notes?", 0.5)
+def test_a_cosine_under_the_floor_is_refused_before_scoring(learned_verifier: LearnedVerifier) -> None:
+    v = learned_verifier.check("How do I export my Quorbit notes?", "How do I export my Quorbit notes?", 0.5)
     assert (v.ok, v.reason, v.detail) == (False, "low_score", "cosine 0.500 under the floor 0.65")
 
 
 def test_until_loaded_the_guard_decides_for_the_learned_verifier() -> None:
     hv = HitVerifier("learned")
     assert hv.describe() == {"verifier": "learned", "verifier_ready": False}
-    assert hv.learned is not None
-    hv.learned.encoder = TokenEncoder(threads=1)  # not loaded: verify must not wait for it
+    assert (hv.learned is not None, hv.learned.loaded) == (True, False)  # verify must not wait for a load
 
     async def first_verdict() -> tuple[bool, str]:
         hv._loading = asyncio.get_running_loop().create_future()  # a load "in progress"
