@@ -52,6 +52,17 @@ def test_an_added_scope_is_refused_by_the_score_and_counted(learned: ProxyProces
         m_before + 1
 
 
+def test_the_question_is_embedded_once_by_the_proxy_not_again_by_the_server(
+        learned: ProxyProcess, shared_pion_server: ServerProcess) -> None:
+    def server_texts() -> int:
+        return int(shared_pion_server.client().info("semantic")["embedder_texts"])
+
+    before = server_texts()
+    ask(learned, "e2e learned one pass", "How do I rename a Quorbit workspace?")
+    _, header = ask(learned, "e2e learned one pass", "How can I rename my Quorbit workspace?")
+    assert (header, server_texts()) == ("HIT", before)
+
+
 def test_a_different_order_number_is_refused_by_the_hard_checks(learned: ProxyProcess) -> None:
     before = verdicts(learned)["refused_by_guard"]["numbers"]
     ask(learned, "e2e learned numbers", "What is the status of order 48213?")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+
 from pion.proxy import guard
 from pion.proxy.learned_verifier import LearnedVerifier
 from pion.proxy.verifier import Verdict, Verifier, from_guard
@@ -43,6 +45,16 @@ class HitVerifier:
     def describe(self) -> dict[str, object]:
         """For /v1/stats: the mode, and whether the chosen verifier is deciding yet."""
         return {"verifier": self.mode, "verifier_ready": self.ready}
+
+    async def query_vector(self, text: str) -> np.ndarray | None:
+        """``--verifier learned``, loaded: the question's MiniLM sentence vector from the pass
+        that also yields its token states (kept for the check of a hit), so one forward pass
+        serves both the lookup (sent as VECTOR: the server does not embed again) and the
+        verifier. None otherwise: the server embeds as before."""
+        if self.learned is None or not self.learned.loaded:
+            return None
+        encoded = await asyncio.to_thread(self.learned.encode, [text])
+        return encoded[0].sentence
 
     async def verify(self, query: str, cached: str, similarity: float) -> Verdict:
         """May the answer cached for ``cached`` be served for ``query``?"""
