@@ -73,7 +73,14 @@ def main() -> None:
     from support.proxy_procs import start_proxy, wait_for_embedder
 
     rows = [json.loads(x) for x in PAIRS.read_text().splitlines()]
-    pairs = [r for r in rows if r["split"] == "dev" and r["category"] == "paraphrase"][: args.pairs]
+    # Pairs whose texts appear once: a text asked before would find its encoding kept by
+    # --verifier learned (and skip the model), which would flatter it next to the server's embedder.
+    pairs, seen = [], set()
+    for r in rows:
+        if r["split"] == "dev" and r["category"] == "paraphrase" and not {r["a"], r["b"]} & seen:
+            seen |= {r["a"], r["b"]}
+            pairs.append(r)
+    pairs = pairs[: args.pairs]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp) / "pion")
