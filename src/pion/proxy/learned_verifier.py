@@ -19,7 +19,7 @@ and threshold chosen on the dev split (traps served <= 1.5% of dev pairs, none o
 dev conversations), the test split only scored. Format (JSON, floats at full precision)::
 
     {"version": 1, "features": ["cos", ...], "mean": [...], "scale": [...],
-     "coef": [...], "intercept": 0.9, "floor": 0.65, "threshold": 0.77, "trained_on": "..."}
+     "coef": [...], "intercept": 2.27, "floor": 0.65, "threshold": 0.77, "trained_on": "..."}
 """
 
 from __future__ import annotations
