@@ -2,8 +2,9 @@
 
     python benchmarks/bench_l1_verifier.py [--pairs 60] [--backend fake|pion-llm]
 
-pion-server (L1, MiniLM) + pion-serve with ``--verifier guard`` (default) and with
-``--verifier aligned --cache-threshold 0.8``, one after the other on the same server, in
+pion-server (L1, MiniLM) + pion-serve with ``--verifier guard`` (default), with
+``--verifier aligned --cache-threshold 0.8`` and with ``--verifier learned
+--cache-threshold 0.65`` (a MiniLM pass in the proxy per hit), one after the other on the same server, in
 front of the OpenAI-compatible test backend (instant: the miss row is pure proxy + cache
 overhead) or a real pion-llm (SmolLM2, CPU). For each of ``--pairs`` paraphrase pairs of
 the dev split: ask ``a`` (a miss, stored), then ``b`` (a hit when the check serves it).
@@ -72,7 +73,14 @@ def main() -> None:
     from support.proxy_procs import start_proxy, wait_for_embedder
 
     rows = [json.loads(x) for x in PAIRS.read_text().splitlines()]
-    pairs = [r for r in rows if r["split"] == "dev" and r["category"] == "paraphrase"][: args.pairs]
+    # Pairs whose texts appear once: a text asked before would find its encoding kept by
+    # --verifier learned (and skip the model), which would flatter it next to the server's embedder.
+    pairs, seen = [], set()
+    for r in rows:
+        if r["split"] == "dev" and r["category"] == "paraphrase" and not {r["a"], r["b"]} & seen:
+            seen |= {r["a"], r["b"]}
+            pairs.append(r)
+    pairs = pairs[: args.pairs]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp) / "pion")
@@ -84,13 +92,14 @@ def main() -> None:
                 fake = FakeBackend("openai").start()
                 url, model, stop_backend = fake.url, "fake-model", fake.stop
             try:
-                for mode, extra in (("guard", []), ("aligned", ["--cache-threshold", "0.8"])):
+                for mode, extra in (("guard", []), ("aligned", ["--cache-threshold", "0.8"]),
+                                    ("learned", ["--cache-threshold", "0.65"])):
                     proxy = start_proxy(Path(tmp) / f"proxy-{mode}", "--backend", "vllm", "--backend-url", url,
                                         "--pion-port", str(server.port), "--verifier", mode, *extra)
                     try:
                         wait_for_embedder(proxy)
                         while proxy.stats()["l1_verdicts"]["verifier_ready"] is not True:
-                            time.sleep(0.2)  # WordNet loading: the guard would decide meanwhile
+                            time.sleep(0.2)  # WordNet/MiniLM loading: the guard would decide meanwhile
                         texts0 = int(server.client().info("semantic")["embedder_texts"])
                         lat = run_mode(proxy.url, model, f"bench-{mode}", pairs)
                         texts = int(server.client().info("semantic")["embedder_texts"]) - texts0

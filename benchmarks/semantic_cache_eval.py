@@ -12,7 +12,9 @@ Policies compared on the same embeddings (all-MiniLM-L6-v2, as pion-server uses)
     so a follow-up never shares a scope and nothing is served);
   * the same guard on conversations keyed by ``scope.resolved_text`` (the default now);
   * candidate cosine >= 0.8 + the aligned verifier (``pion.proxy.verifier``,
-    ``pion-serve --verifier aligned --cache-threshold 0.8``).
+    ``pion-serve --verifier aligned --cache-threshold 0.8``);
+  * the learned verifier (``pion.proxy.learned_verifier``, ``pion-serve --verifier learned
+    --cache-threshold 0.65``): weights from ``train_l1_verifier.py`` (train/dev only).
 
     python benchmarks/semantic_cache_eval.py            # report train/dev/test, write the sweep PNG
     python benchmarks/semantic_cache_eval.py --fit      # refit: weights on train, floor/threshold on dev
@@ -42,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from pion.proxy import guard
+from pion.proxy.learned_verifier import LearnedVerifier
+from pion.proxy.token_align import TokenEncoder
 from pion.proxy.config import ServeConfig
 from pion.proxy.scope import resolved_text
 from pion.proxy.verifier import DEFAULT_PARAMS, Verifier, VerifierParams
@@ -97,6 +101,17 @@ def embed_all(items: list[Item]) -> None:
 
 def decide(items: list[Item], verifier: Verifier, floor: float) -> np.ndarray:
     return np.array([it.cos >= floor and it.hard_ok and verifier.check(it.b, it.a, it.cos).ok for it in items])
+
+
+def decide_learned(items: list[Item], learned: LearnedVerifier) -> tuple[np.ndarray, np.ndarray]:
+    """(served, score) per item under ``--verifier learned``; score -1 where a hard check
+    refused (the score stage is never reached)."""
+    texts = sorted({t for it in items for t in (it.a, it.b)})
+    for i in range(0, len(texts), 32):
+        learned.encode(texts[i:i + 32])
+    ok = np.array([learned.check(it.b, it.a, it.cos).ok for it in items])
+    score = np.array([learned.score(it.b, it.a) if it.hard_ok else -1.0 for it in items])
+    return ok, score
 
 
 def share(mask: np.ndarray, sel: np.ndarray) -> float:
@@ -187,6 +202,46 @@ def sweep_plot(items: list[Item], verifier: Verifier, floor: float, out: Path) -
     print(f"\nwrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
 
+def learned_plot(items: list[Item], score: np.ndarray, learned: LearnedVerifier, out: Path) -> None:
+    """Two panels on the test split: the cosine floor swept at the dev-chosen score
+    threshold, and the score threshold swept at the dev-chosen floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    w = learned.weights
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    test = np.array([it.split == "test" for it in items])
+    for kind, style in (("pair", "-"), ("conversation", "--")):
+        sel = test & np.array([it.kind == kind for it in items])
+        hit = np.array([it.hit for it in items])
+        cos = np.array([it.cos for it in items])
+        floors = np.linspace(0.5, 1.0, 51)
+        thresholds = np.linspace(0.5, 1.0, 101)
+        for ax, xs, served in (
+                (axes[0], floors, [(cos >= f) & (score >= w.threshold) for f in floors]),
+                (axes[1], thresholds, [(cos >= w.floor) & (score >= t) for t in thresholds])):
+            ax.plot(xs, [m[sel & hit].mean() for m in served], style, color="tab:green",
+                    label=f"{kind}s: should-hit served")
+            ax.plot(xs, [m[sel & ~hit].mean() for m in served], style, color="tab:red", label=f"{kind}s: traps served")
+    axes[0].axvline(w.floor, color="grey", lw=0.8)
+    axes[0].set_xlabel(f"cosine floor (score threshold {w.threshold:.3f}); grey = dev-chosen floor")
+    axes[1].axvline(w.threshold, color="grey", lw=0.8)
+    axes[1].set_xlabel(f"learned score threshold (floor {w.floor}); grey = dev-chosen threshold")
+    for ax in axes:
+        ax.axhline(0.02, color="tab:red", lw=0.5, ls=":")
+        ax.axhline(0.60, color="tab:green", lw=0.5, ls=":")
+        ax.set_ylabel("share of test items served")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("--verifier learned on the test split (unseen domain families)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+
+
 def verify_latency(items: list[Item], verifier: Verifier) -> None:
     times = []
     for it in items[:400]:
@@ -197,11 +252,25 @@ def verify_latency(items: list[Item], verifier: Verifier) -> None:
           f"p99 {float(np.percentile(times, 99)):.3f} ms over {len(times)} items")
 
 
+def learned_latency(items: list[Item], learned: LearnedVerifier) -> None:
+    """``--verifier learned`` per hit: both questions encoded afresh (the cached question's
+    encoding is normally kept, so this is the worst case), features, score."""
+    times = []
+    for it in items[:100]:
+        learned.forget()
+        t0 = time.perf_counter()
+        learned.check(it.b, it.a, max(it.cos, learned.weights.floor))
+        times.append((time.perf_counter() - t0) * 1000)
+    print(f"learned verifier.check (2 questions encoded, 1 torch thread): p50 {statistics.median(times):.1f} ms, "
+          f"p99 {float(np.percentile(times, 99)):.1f} ms over {len(times)} items")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fit", action="store_true", help="refit on train/dev and print the parameters")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "semantic_l1_verifier_sweep.png")
-    parser.add_argument("--show-failures", choices=["train", "dev", "test"])
+    parser.add_argument("--learned-plot", type=Path, default=ROOT / "docs" / "img" / "semantic_l1_learned_sweep.png")
+    parser.add_argument("--show-failures", choices=["train", "dev", "test"], help="of --verifier learned")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     verifier = Verifier()
@@ -228,19 +297,25 @@ def main() -> None:
         f"guard @{OLD_THRESHOLD}, resolved turns (default now)": (cos >= OLD_THRESHOLD) & guard_ok,
         f"--verifier aligned @{floor}": decide(items, verifier, floor),
     }
+    learned = LearnedVerifier(verifier=verifier, encoder=TokenEncoder(threads=1))
+    learned_ok, learned_score = decide_learned(items, learned)
+    served[f"--verifier learned @{learned.weights.floor}"] = learned_ok
     for split in ("train", "dev", "test"):
         table(items, served, split)
     verify_latency(items, verifier)
+    learned_latency(items, learned)
     if args.show_failures:
         now = list(served.values())[-1]
         for it, ok in zip(items, now, strict=True):
             if it.split != args.show_failures or ok == it.hit:
                 continue
-            v = verifier.check(it.b, it.a, it.cos)
+            v = learned.check(it.b, it.a, it.cos)
             tag = "TRAP SERVED" if ok else "REFUSED"
             print(f"  {tag} [{it.kind}/{it.category}] cos {it.cos:.3f} {it.a!r} / {it.b!r}: {v.reason} {v.detail}")
     if args.plot and str(args.plot) not in ("", "."):
         sweep_plot(items, verifier, floor, args.plot)
+    if args.learned_plot and str(args.learned_plot) not in ("", "."):
+        learned_plot(items, learned_score, learned, args.learned_plot)
 
 
 if __name__ == "__main__":

@@ -152,6 +152,10 @@ class ChatCompletions:
         usable, vector = await self.embedder.vector(text)
         if not usable:
             return look
+        if vector is None and self.embedder.space == "pion" and self.config.guard_enabled:
+            # --verifier learned: the proxy's MiniLM pass (the server's model) gives the vector
+            # and the token states the check of a hit needs; None leaves embedding to the server.
+            vector = await self.verifier.query_vector(text)
         look.scope = scope_of(body, self.backend.name, model, self.embedder.space)
         if self.rag is not None:
             look.scope = rag_scope(look.scope, self.rag.index)

@@ -19,8 +19,9 @@ from pion.common.ports import DEFAULT_HOST, PION_LLM_PORT, PION_SERVE_PORT, PION
 BACKENDS = ("pion", "openai", "vllm", "llamacpp", "max", "ollama", "claude", "gemini")
 EMBED_BACKENDS = ("auto", "pion", "sie", "ollama", "none")
 # How a similarity hit is checked (issue 18, docs/proxy.md "The verifier"): the guard's
-# word rules (default: 0% traps on unseen data) or WordNet + word-vector alignment.
-VERIFIERS = ("guard", "aligned")
+# word rules (default: 0% traps on unseen data) or WordNet + word-vector alignment, or a
+# logistic score over MiniLM token alignment (learned_verifier.py).
+VERIFIERS = ("guard", "aligned", "learned")
 ENV_PREFIX = "PION_SERVE_"
 
 
@@ -127,7 +128,8 @@ OPTIONS: list[Option] = [
     _opt(("--no-guard",), "guard_enabled", parse_bool,
          "serve every hit above the threshold (A/B only: serves wrong answers)", switch="no"),
     _opt(("--verifier",), "verifier", parse_choice(*VERIFIERS),
-         "how a similarity hit is checked: guard (default) | aligned (more paraphrases served)"),
+         "how a similarity hit is checked: guard (default) | aligned | learned (most paraphrases served;"
+         " use with --cache-threshold 0.65)"),
     _opt(("--cache-ttl",), "cache_ttl_s", parse_float(), "seconds a cached answer lives"),
     _opt(("--ollama-url",), "ollama_url", parse_text, "Ollama URL for the ollama backend and embedding fallback"),
     _opt(("--embed-backend",), "embed_backend", parse_choice(*EMBED_BACKENDS), "auto | pion | sie | ollama | none"),

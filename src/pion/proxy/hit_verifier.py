@@ -1,42 +1,69 @@
 """pion-serve's check of a similarity hit: the guard's word rules (``--verifier guard``,
-the default) or the aligned verifier (``--verifier aligned``), for which WordNet is
-loaded once on a worker thread so the event loop never parses it; until it is loaded
-the guard decides.
+the default), the aligned verifier (``--verifier aligned``) or the learned verifier
+(``--verifier learned``). WordNet (and for ``learned`` MiniLM) is loaded once on a worker
+thread so the event loop never parses it; until it is loaded the guard decides.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+
 from pion.proxy import guard
+from pion.proxy.learned_verifier import LearnedVerifier
 from pion.proxy.verifier import Verdict, Verifier, from_guard
 
 
 class HitVerifier:
-    """One per app; ``verify`` is called once per similarity hit (about a millisecond of CPU)."""
+    """One per app; ``verify`` is called once per similarity hit (about a millisecond of CPU
+    for ``aligned``; a MiniLM pass over the two questions, on a worker thread, for ``learned``)."""
 
     def __init__(self, mode: str = "guard", verifier: Verifier | None = None) -> None:
         self.mode = mode
         self.verifier = verifier or Verifier()
+        self.learned: LearnedVerifier | None = \
+            LearnedVerifier(verifier=self.verifier) if mode == "learned" else None
         self._loading: asyncio.Future[bool] | None = None
 
+    def _load(self) -> bool:
+        return self.learned.load() if self.learned is not None else self.verifier.load()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the chosen verifier (not the guard standing in for it) decides."""
+        if self.learned is not None:
+            return self.learned.loaded
+        return self.mode == "guard" or self.verifier.lexicon.loaded
+
     async def load(self) -> bool:
-        """Load WordNet on a worker thread; safe to call repeatedly and concurrently."""
+        """Load WordNet (and MiniLM) on a worker thread; safe to call repeatedly and concurrently."""
         if self._loading is None:
-            self._loading = asyncio.ensure_future(asyncio.to_thread(self.verifier.load))
+            self._loading = asyncio.ensure_future(asyncio.to_thread(self._load))
         return await asyncio.shield(self._loading)
 
     def describe(self) -> dict[str, object]:
-        """For /v1/stats: the mode, and whether the aligned verifier is deciding yet."""
-        return {"verifier": self.mode,
-                "verifier_ready": self.mode == "guard" or self.verifier.lexicon.loaded}
+        """For /v1/stats: the mode, and whether the chosen verifier is deciding yet."""
+        return {"verifier": self.mode, "verifier_ready": self.ready}
+
+    async def query_vector(self, text: str) -> np.ndarray | None:
+        """``--verifier learned``, loaded: the question's MiniLM sentence vector from the pass
+        that also yields its token states (kept for the check of a hit), so one forward pass
+        serves both the lookup (sent as VECTOR: the server does not embed again) and the
+        verifier. None otherwise: the server embeds as before."""
+        if self.learned is None or not self.learned.loaded:
+            return None
+        encoded = await asyncio.to_thread(self.learned.encode, [text])
+        return encoded[0].sentence
 
     async def verify(self, query: str, cached: str, similarity: float) -> Verdict:
         """May the answer cached for ``cached`` be served for ``query``?"""
-        if self.mode == "aligned" and self.verifier.lexicon.loaded:
+        if self.mode != "guard" and self.ready:
+            if self.learned is not None:
+                return await asyncio.to_thread(self.learned.check, query, cached, similarity)
             return self.verifier.check(query, cached, similarity)
-        if self.mode == "aligned" and self._loading is None:
-            self._loading = asyncio.ensure_future(asyncio.to_thread(self.verifier.load))
-        # Until WordNet is in memory (seconds after start) the stricter guard decides:
-        # a request never waits for the load.
+        if self.mode != "guard" and self._loading is None:
+            self._loading = asyncio.ensure_future(asyncio.to_thread(self._load))
+        # Until the verifier's data is in memory (seconds after start) the stricter guard
+        # decides: a request never waits for the load.
         return from_guard(guard.check(query, cached))
