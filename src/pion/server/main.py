@@ -29,6 +29,7 @@ from pion import __version__, _compiled
 from pion.common.errors import ConfigError
 from pion.common.logs import setup_logging
 from pion.common.options import exit_on_config_error
+from pion.server import allocator
 from pion.server.binary_lane import start_binary_lane
 from pion.server.config import ServerConfig, load_config
 from pion.server.context import ServerState
@@ -107,9 +108,13 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
         log.info("worker %d of %d ready on %s:%d and %s (pid %d)", worker.worker_id, worker.n_workers,
                  config.bind, server.port, worker.address(worker.worker_id), os.getpid())
         maintenance = loop.create_task(maintain(state))
+    stores = state.stores
+    trimmer = loop.create_task(allocator.trim_forever(
+        lambda: stores.used_bytes, lambda: stores.evictor.evicted_keys + stores.vstore.evicted_sessions))
     if on_ready is not None:
         on_ready()
     await stop.wait()
+    trimmer.cancel()
     if maintenance is not None:
         maintenance.cancel()
     log.info("shutdown requested: closing the listener and draining %d client(s)",
@@ -142,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return exit_on_config_error("pion-server", exc)
     configure_logging(config.loglevel)
+    allocator.tune()  # before the replay fills the stores; -w N workers inherit it (allocator.py)
     stale = _compiled.stale_reason()
     if stale is not None:
         log.warning("running the hot path as plain Python: %s", stale)

@@ -60,7 +60,7 @@ INFO_METRICS: dict[str, tuple[str, str, str]] = {
     "uptime_in_seconds": ("redis_uptime_in_seconds", "gauge", "Seconds since the server started"),
     "connected_clients": ("redis_connected_clients", "gauge", "RESP clients connected"),
     "maxclients": ("redis_config_maxclients", "gauge", "--maxclients"),
-    "used_memory": ("redis_memory_used_bytes", "gauge", "INFO used_memory (the process's resident bytes)"),
+    "used_memory": ("redis_memory_used_bytes", "gauge", "INFO used_memory: the bytes --maxmemory bounds"),
     "used_memory_rss": ("redis_memory_used_rss_bytes", "gauge", "Resident set size of the process"),
     "maxmemory": ("redis_memory_max_bytes", "gauge", "--maxmemory (0 = unlimited)"),
     "keyspace_bytes": ("pion_keyspace_bytes", "gauge", "Bytes the keyspace counts toward --maxmemory"),

@@ -249,6 +249,7 @@ def _core_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
     cfg = ctx.server.config
     uptime = int(time.time() - ctx.server.started_at)
     rss = _rss_bytes()
+    used = ctx.server.stores.used_bytes
     clients = ctx.server.network.clients
     return {
         "Server": [
@@ -266,8 +267,12 @@ def _core_sections(ctx: CommandContext) -> dict[str, list[tuple[str, object]]]:
             ("blocked_clients", 0),
         ],
         "Memory": [
-            ("used_memory", rss), ("used_memory_human", _human(rss)),
-            ("used_memory_rss", rss), ("maxmemory", cfg.maxmemory),
+            # used_memory: what --maxmemory bounds (Redis's meaning, less its allocator
+            # overhead); used_memory_rss: the process (docs/operations.md, "Memory").
+            ("used_memory", used), ("used_memory_human", _human(used)),
+            ("used_memory_rss", rss), ("used_memory_rss_human", _human(rss)),
+            ("mem_fragmentation_ratio", round(rss / used, 2) if used else 0),
+            ("maxmemory", cfg.maxmemory),
             ("maxmemory_human", _human(cfg.maxmemory)),
             ("maxmemory_policy", cfg.maxmemory_policy),
             ("maxmemory_samples", cfg.maxmemory_samples),

@@ -1,0 +1,93 @@
+"""Give freed value memory back to the OS, so RSS follows ``--maxmemory`` (glibc only).
+
+Why: the keyspace holds values of 64 KB-1 MB (LMCache chunks) that eviction frees and new
+SETs replace all the time. glibc's malloc serves blocks above ``M_MMAP_THRESHOLD`` (128 KiB at
+start) with their own mmap, returned to the OS on free — but each such free *raises* the
+threshold (up to 32 MiB), so after the first evictions large values come from the heap and its
+arenas, where freed holes of one size do not fit the next value's size: RSS grew to ~2.3x
+maxmemory in the soak (docs/benchmarks.md, "RSS under maxmemory"). Measured there (32 clients,
+maxmemory 64 MiB): RSS above maxmemory + the idle server went from 48 MiB to 15 MiB with a fixed
+64 KiB mmap threshold, a 128 KiB trim threshold and two arenas.
+
+``tune()`` sets those three with ``mallopt`` once, at start-up (before the replay fills the
+stores; forked ``-w N`` workers inherit them). ``trim_forever`` calls ``malloc_trim(0)`` at most
+once a second after evictions or after the stores shrank (DEL, FLUSHALL), to hand back heap pages that
+smaller freed blocks left. Neither changes what is stored; on a non-glibc libc both do nothing.
+``PION_MALLOC_TUNING=0`` in the environment turns ``tune`` off (to compare, or to use
+``MALLOC_*`` environment variables instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import os
+from collections.abc import Callable
+
+log = logging.getLogger("pion.server.allocator")
+
+# glibc's mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+MMAP_THRESHOLD = 64 * 1024  # every block this big or bigger gets its own mapping, unmapped on free
+TRIM_THRESHOLD = 128 * 1024  # free heap top above this goes back to the OS at once
+ARENA_MAX = 2  # the event loop + the WAL/fsync thread; more arenas only hold more free memory
+TRIM_INTERVAL_S = 1.0
+TRIM_MIN_SHRINK = 4 * 1024 * 1024  # trim once the stores shrank by this much since the last trim
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt  # noqa: B018  (glibc has both; musl/macOS do not)
+        libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _libc()
+
+
+def available() -> bool:
+    """True when the C library is glibc (``mallopt`` and ``malloc_trim`` exist)."""
+    return _LIBC is not None
+
+
+def tune() -> bool:
+    """Set the mmap threshold, trim threshold and arena count; True when applied."""
+    if _LIBC is None or os.environ.get("PION_MALLOC_TUNING", "1") == "0":
+        return False
+    ok = all(_LIBC.mallopt(param, value) == 1 for param, value in (
+        (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_ARENA_MAX, ARENA_MAX)))
+    if not ok:
+        log.warning("mallopt refused a setting: RSS may run above --maxmemory by more than stated")
+    return ok
+
+
+def trim() -> bool:
+    """``malloc_trim(0)``: True when glibc released memory to the OS."""
+    return _LIBC is not None and bool(_LIBC.malloc_trim(0))
+
+
+async def trim_forever(used_bytes: Callable[[], int], evictions: Callable[[], int],
+                       interval_s: float = TRIM_INTERVAL_S) -> None:
+    """Each ``interval_s``: trim when something was evicted, or the stores shrank by
+    ``TRIM_MIN_SHRINK`` since the last trim (DEL, FLUSHALL, expiry)."""
+    if _LIBC is None:
+        return
+    high, evicted = used_bytes(), evictions()
+    while True:
+        await asyncio.sleep(interval_s)
+        used, now_evicted = used_bytes(), evictions()
+        if now_evicted != evicted or high - used >= TRIM_MIN_SHRINK:
+            trim()
+            high, evicted = used, now_evicted
+        else:
+            high = max(high, used)
