@@ -29,9 +29,10 @@ from pion.common.binary_frames import (
 )
 from pion.common.errors import CommandError, arity_error
 from pion.server.commands.spec import CommandSpec
+from pion.server.config import ServerConfig
 from pion.server.context import ClientState, CommandContext
 from pion.server.resp.replies import SimpleString
-from pion.server.tls import tls_binary_port
+from pion.server.tls import tls_binary_port, tls_only
 
 if TYPE_CHECKING:
     from pion.server.context import ServerState
@@ -166,7 +167,7 @@ class BinaryLane:
     def listen(self) -> None:
         """Bind now (synchronously, so clients may connect as soon as the RESP port answers)."""
         cfg = self.state.config
-        if cfg.binary_port != 0:
+        if plain_binary_lane(cfg):
             port = cfg.binary_port if cfg.binary_port > 0 else (cfg.port + 1 if cfg.port else 0)
             self.port = self._bind(port, None, "binary lane")
         tls_port = tls_binary_port(cfg)
@@ -210,10 +211,16 @@ def _body(result: Any) -> bytes | memoryview:
     return str(result).encode()
 
 
+def plain_binary_lane(config: ServerConfig) -> bool:
+    """Whether the plain binary lane opens: ``--binary-port N`` always, the default (port + 1)
+    unless ``--binary-port 0`` or a TLS-only server (``tls.tls_only``)."""
+    return config.binary_port > 0 or (config.binary_port < 0 and not tls_only(config))
+
+
 def start_binary_lane(state: ServerState) -> BinaryLane | None:
     """Open the binary lane unless ``--binary-port 0`` (and no TLS lane) (``state.binary_lane``; main.serve
     starts it beside the RESP listener and closes it after)."""
-    if state.config.binary_port == 0 and not tls_binary_port(state.config):
+    if not plain_binary_lane(state.config) and not tls_binary_port(state.config):
         return None
     specs = state.table.specs
     if state.cold_tier is not None:  # the cold tier's Stage-2 handlers in their sync variants

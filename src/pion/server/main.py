@@ -35,7 +35,7 @@ from pion.server.config import ServerConfig, load_config
 from pion.server.context import ServerState
 from pion.server.persist import RecoveryError
 from pion.server.state import build_state, close_state, open_state
-from pion.server.tls import make_server_context
+from pion.server.tls import make_server_context, tls_only
 from pion.server.workers.routing import maintain
 from pion.server.workers.runtime import WorkerRuntime
 from pion.server.workers.supervisor import check_worker_count, run_workers
@@ -101,8 +101,9 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
                  config.tls_auth_clients)
     maintenance = None
     if worker is None:
-        log.info("pion-server %s (compiled: %s) ready on %s:%d (pid %d, %d commands from %d "
-                 "families) %s", __version__, _compiled.status(), config.bind, server.port,
+        log.info("pion-server %s (compiled: %s) ready on %s:%s (pid %d, %d commands from %d "
+                 "families) %s", __version__, _compiled.status(), config.bind,
+                 f"{server.tls_port} (TLS only)" if tls_only(config) else server.port,
                  os.getpid(), len(state.table.specs), len(state.table.families), config.summary())
     else:
         log.info("worker %d of %d ready on %s:%d and %s (pid %d)", worker.worker_id, worker.n_workers,
@@ -152,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if stale is not None:
         log.warning("running the hot path as plain Python: %s", stale)
     if config.workers > 1:
+        if tls_only(config):  # the workers' own (routing) ports are plain TCP: not TLS-only
+            return exit_on_config_error("pion-server", ConfigError(
+                "--port 0 with --tls-port (TLS only) runs one process: -w N needs a plain --port"))
         return run_workers(config, serve)
     refusal = check_worker_count(config)  # a --dir written by -w N > 1 is not a -w 1 directory
     if refusal is not None:

@@ -61,6 +61,7 @@ from pion.server.resp.framing import (
     encode_words,
 )
 from pion.server.resp.hiredis_limits import cap_array_elements, capping_supported
+from pion.server.tls import tls_only
 
 log = logging.getLogger("pion.server.net")
 
@@ -532,16 +533,18 @@ class PionServer:
         ``-w N`` (the kernel spreads connections over the workers)."""
         cfg = self.state.config
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), host=cfg.bind,
-                                                port=cfg.port, backlog=511, reuse_address=True,
-                                                reuse_port=reuse_port or None)
+        if not tls_only(cfg):  # --port 0 with --tls-port: no plain listener (Redis's meaning)
+            self._server = await loop.create_server(lambda: Connection(self), host=cfg.bind,
+                                                    port=cfg.port, backlog=511, reuse_address=True,
+                                                    reuse_port=reuse_port or None)
         if self.state.tls is not None:
             try:
                 self._tls_server = await loop.create_server(
                     lambda: Connection(self), host=cfg.bind, port=cfg.tls_port, backlog=511,
                     reuse_address=True, reuse_port=reuse_port or None, ssl=self.state.tls)
             except OSError:
-                self._server.close()
+                if self._server is not None:
+                    self._server.close()
                 raise
 
     async def listen_also(self, host: str, port: int) -> None:
@@ -566,7 +569,9 @@ class PionServer:
 
     @property
     def port(self) -> int:
-        assert self._server is not None
+        """The plain listener's port, 0 without one (TLS only: ``--port 0`` + ``--tls-port``)."""
+        if self._server is None:
+            return 0
         return _bound_port(self._server)
 
     @property

@@ -36,6 +36,13 @@ def tls_enabled(config: ServerConfig) -> bool:
     return config.tls_port > 0
 
 
+def tls_only(config: ServerConfig) -> bool:
+    """``--port 0`` with ``--tls-port``: no plain RESP listener, Redis's meaning of ``port 0``
+    (without ``--tls-port``, ``--port 0`` still means "any free port", what tests and ``-w N``
+    use). The plain binary lane then stays off too unless ``--binary-port`` names a port."""
+    return config.port == 0 and tls_enabled(config)
+
+
 def tls_binary_port(config: ServerConfig) -> int:
     """Where the TLS binary lane listens: 0 = nowhere (no TLS, or ``--tls-binary-port 0``)."""
     if not tls_enabled(config) or config.tls_binary_port == 0:
