@@ -52,7 +52,7 @@ SAMPLES: dict[str, Sample] = {
     "HLEN": lambda p: (p + "h",), "HEXISTS": lambda p: (p + "h", "f"), "HKEYS": lambda p: (p + "h",),
     "HVALS": lambda p: (p + "h",), "HSTRLEN": lambda p: (p + "h", "f"),
     "HINCRBY": lambda p: (p + "h", "n", "1"), "TYPE": lambda p: (p + "h",),
-    "PION.STATS": lambda p: (),
+    "PION.STATS": lambda p: (), "PION.METRICS": lambda p: (),
     "V.CREATE": lambda p: (p + "sess2", "4"), "V.STOREBATCH": lambda p: (p + "sess", "0", "1", ROW),
     "V.FETCH": lambda p: (p + "sess", "0", "RANGE", "0", "1"),
     "V.MFETCH": lambda p: (p + "sess", "0", "0", "RANGE", "0", "1"), "V.INFO": lambda p: (p + "sess",),

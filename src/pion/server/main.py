@@ -80,11 +80,13 @@ async def serve(config: ServerConfig, worker: WorkerRuntime | None = None,
     state.binary_lane = start_binary_lane(state)
     try:
         # Metrics before the RESP port: its latency buckets count from the first command. Under
-        # -w N only worker 0 serves them (its own counters; one port cannot be bound N times).
-        if config.metrics_port and (worker is None or worker.worker_id == 0):
+        # -w N every worker counts (PION.METRICS) and worker 0 serves them all, worker-labelled
+        # (metrics_workers.py): one scrape target, as Prometheus expects of one server.
+        if config.metrics_port:
             from pion.server.metrics import MetricsEndpoint  # prometheus-client: ~0.1 s, only with the flag
             state.metrics = MetricsEndpoint(state)
-            await state.metrics.start()
+            if worker is None or worker.worker_id == 0:
+                await state.metrics.start()
         await server.start(reuse_port=worker is not None)
         if worker is not None:
             own = worker.address(worker.worker_id)

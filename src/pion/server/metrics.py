@@ -39,12 +39,14 @@ from prometheus_client.registry import Collector
 
 from pion.server.commands.admin import cmd_admin_info
 from pion.server.context import ClientState, CommandContext
+from pion.server.metrics_workers import render_workers
 from pion.server.persist.wal import FSYNC_BUCKETS_S
 from pion.server.receipt import FIELDS as RECEIPT_FIELDS
 from pion.server.resp.replies import Verbatim
 
 if TYPE_CHECKING:
     from pion.server.context import ServerState
+    from pion.server.workers.runtime import WorkerRuntime
 
 log = logging.getLogger("pion.server.metrics")
 
@@ -235,9 +237,19 @@ class _HttpConnection(asyncio.Protocol):
             self._answer(404, b"only /metrics is served here\n")
         elif words[0] not in ("GET", "HEAD"):
             self._answer(405, b"use GET\n")
-        else:
-            body = self.endpoint.render()
-            self._answer(200, body, CONTENT_TYPE_LATEST, head_only=words[0] == "HEAD")
+        elif self.endpoint.runtime is None:
+            self._answer(200, self.endpoint.render(), CONTENT_TYPE_LATEST, head_only=words[0] == "HEAD")
+        else:  # -w N: the other workers' families come over the peer links (metrics_workers.py)
+            task = asyncio.get_running_loop().create_task(self._answer_workers(words[0] == "HEAD"))
+            self.endpoint.scrapes.add(task)
+            task.add_done_callback(self.endpoint.scrapes.discard)
+
+    async def _answer_workers(self, head_only: bool) -> None:
+        runtime = self.endpoint.runtime
+        assert runtime is not None
+        body = await render_workers(list(self.endpoint.registry.collect()), runtime)
+        if self.transport is not None and not self.transport.is_closing():
+            self._answer(200, body, CONTENT_TYPE_LATEST, head_only=head_only)
 
     def _answer(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
                 head_only: bool = False) -> None:
@@ -250,10 +262,17 @@ class _HttpConnection(asyncio.Protocol):
 
 
 class MetricsEndpoint:
-    """The registry (one ``ServerCollector``) and its HTTP listener."""
+    """The registry (one ``ServerCollector``) and its HTTP listener.
+
+    Under ``-w N`` every worker has one (``PION.METRICS`` renders it for worker 0) and only
+    worker 0 listens: its scrape carries every worker's families, ``worker``-labelled
+    (``runtime`` set; ``metrics_workers.py``)."""
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
+        self.runtime: WorkerRuntime | None = (
+            state.worker if state.worker is not None and state.worker.n_workers > 1 else None)
+        self.scrapes: set[asyncio.Task[None]] = set()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ServerCollector(state))
         self.server: asyncio.AbstractServer | None = None
@@ -275,6 +294,8 @@ class MetricsEndpoint:
         log.info("metrics on http://%s:%d/metrics", cfg.bind, self.port)
 
     async def close(self) -> None:
+        for task in list(self.scrapes):
+            task.cancel()
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()

@@ -34,6 +34,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "pion.server.commands.persist",
     "pion.server.commands.acl",
     "pion.server.commands.workers",
+    "pion.server.commands.metrics",
 )
 
 InfoSections = dict[str, list[tuple[str, object]]]
