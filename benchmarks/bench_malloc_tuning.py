@@ -3,9 +3,9 @@
 Why: LMCache-shaped values (64 KB-1 MB) churned by eviction left RSS at ~2.3x maxmemory in the
 soak (docs/benchmarks.md). ``server/allocator.py`` fixes glibc's mmap threshold at 64 KiB (so a
 freed value's pages go back to the OS at once), the trim threshold at 128 KiB, arenas at 2, and
-calls ``malloc_trim`` after evictions. This runs the same workload against two servers, tuned
-(the default) and ``PION_MALLOC_TUNING=0`` (glibc's defaults; no trim either: the trimmer still
-runs but has little to return), phases interleaved: ``--clients`` threads SET random-size values
+calls ``malloc_trim`` after evictions. This runs the same workload against three servers: tuned
+(the default), ``PION_MALLOC_TUNING=trim`` (glibc's thresholds, trimmed after evictions) and
+``PION_MALLOC_TUNING=0`` (glibc as it comes), phases interleaved: ``--clients`` threads SET random-size values
 under keys drawn from a working set twice ``--maxmemory`` (allkeys-lru evicts), and GET them
 back, for ``--seconds`` per phase.
 
@@ -89,7 +89,8 @@ def main() -> int:
     args = parser.parse_args()
     maxmemory = args.maxmemory_mb * 2**20
     n_keys = 2 * maxmemory // ((VALUE_MIN + VALUE_MAX) // 2)
-    variants = {"tuned (default)": {}, "PION_MALLOC_TUNING=0": {"PION_MALLOC_TUNING": "0"}}
+    variants = {"tuned (default)": {}, "PION_MALLOC_TUNING=trim": {"PION_MALLOC_TUNING": "trim"},
+                "PION_MALLOC_TUNING=0": {"PION_MALLOC_TUNING": "0"}}
     with tempfile.TemporaryDirectory(prefix="pion-malloc-") as tmp:
         servers: dict[str, ServerProcess] = {}
         idle: dict[str, int] = {}

@@ -13,8 +13,9 @@ maxmemory 64 MiB): RSS above maxmemory + the idle server went from 48 MiB to 15 
 stores; forked ``-w N`` workers inherit them). ``trim_forever`` calls ``malloc_trim(0)`` at most
 once a second after evictions or after the stores shrank (DEL, FLUSHALL), to hand back heap pages that
 smaller freed blocks left. Neither changes what is stored; on a non-glibc libc both do nothing.
-``PION_MALLOC_TUNING=0`` in the environment turns ``tune`` off (to compare, or to use
-``MALLOC_*`` environment variables instead).
+``PION_MALLOC_TUNING`` in the environment chooses: ``1`` (default) both, ``trim`` only the
+trimming (glibc's own thresholds), ``0`` neither (to compare, or to use ``MALLOC_*`` environment
+variables instead); ``benchmarks/bench_malloc_tuning.py`` runs the three side by side.
 """
 
 from __future__ import annotations
@@ -60,9 +61,14 @@ def available() -> bool:
     return _LIBC is not None
 
 
+def mode() -> str:
+    """``PION_MALLOC_TUNING``: ``1`` (mallopt + trim, the default), ``trim`` or ``0``."""
+    return os.environ.get("PION_MALLOC_TUNING", "1")
+
+
 def tune() -> bool:
     """Set the mmap threshold, trim threshold and arena count; True when applied."""
-    if _LIBC is None or os.environ.get("PION_MALLOC_TUNING", "1") == "0":
+    if _LIBC is None or mode() != "1":
         return False
     ok = all(_LIBC.mallopt(param, value) == 1 for param, value in (
         (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_ARENA_MAX, ARENA_MAX)))
@@ -80,7 +86,7 @@ async def trim_forever(used_bytes: Callable[[], int], evictions: Callable[[], in
                        interval_s: float = TRIM_INTERVAL_S) -> None:
     """Each ``interval_s``: trim when something was evicted, or the stores shrank by
     ``TRIM_MIN_SHRINK`` since the last trim (DEL, FLUSHALL, expiry)."""
-    if _LIBC is None:
+    if _LIBC is None or mode() == "0":
         return
     high, evicted = used_bytes(), evictions()
     while True:

@@ -96,8 +96,12 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
     """
     vstore, semantic = stores.vstore, stores.semantic
     registered: set[str] = set()
-    for session in vstore.iter_sessions():
-        if vstore.get(session.sid) is not session:
+    # Names first, each session looked up when its turn comes: a list of the sessions (or of the
+    # keys' values below) would keep everything evicted during a BGSAVE alive until the walk
+    # ends — up to a second copy of the store in RSS under --maxmemory churn.
+    for sid in [session.sid for session in vstore.iter_sessions()]:
+        session = vstore.get(sid)
+        if session is None:
             continue  # dropped while a background snapshot was walking the store
         yield VCreate(session.sid, session.kv_dim, session.formats, session.uniform)
         ns = _namespace_of(session.sid)
@@ -123,7 +127,11 @@ def snapshot_records(stores: Stores) -> Iterator[Record]:
             yield SsmStore(ssm_entry.ns, layer, blob)
     for keyspace in stores.dbs:  # database n > 0 as the records' *Db twins
         db = keyspace.db
-        for key, value, deadline in list(keyspace.items()):
+        for key in keyspace.key_names():
+            live = keyspace.snapshot_entry(key)
+            if live is None:
+                continue  # deleted, evicted or expired since the walk began
+            value, deadline = live
             if isinstance(value, bytes):
                 record: Record = KeySet(key, value, deadline)
                 yield record.in_db(db) if db else record

@@ -173,6 +173,16 @@ class Keyspace:
             live = [k for k in live if regex.match(k)]
         return next_cursor, live
 
+    def snapshot_entry(self, key: bytes) -> tuple[Value, int | None] | None:
+        """(value, expire_at_ms) of a live key, None when it is gone or expired — for snapshots."""
+        value = self._data.get(key)
+        if value is None:
+            return None
+        deadline = self._expires.get(key)
+        if deadline is not None and deadline <= now_ms():
+            return None
+        return value, deadline
+
     def items(self) -> Iterator[tuple[bytes, Value, int | None]]:
         """(key, value, expire_at_ms) of every live key — for snapshots."""
         now = now_ms()
