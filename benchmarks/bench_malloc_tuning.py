@@ -1,11 +1,11 @@
-"""RSS and speed of pion-server under --maxmemory with and without its glibc malloc tuning, one run.
+"""RSS and speed of pion-server under --maxmemory with each PION_MALLOC_TUNING mode, one run.
 
 Why: LMCache-shaped values (64 KB-1 MB) churned by eviction left RSS at ~2.3x maxmemory in the
-soak (docs/benchmarks.md). ``server/allocator.py`` fixes glibc's mmap threshold at 64 KiB (so a
-freed value's pages go back to the OS at once), the trim threshold at 128 KiB, arenas at 2, and
-calls ``malloc_trim`` after evictions. This runs the same workload against three servers: tuned
-(the default), ``PION_MALLOC_TUNING=trim`` (glibc's thresholds, trimmed after evictions) and
-``PION_MALLOC_TUNING=0`` (glibc as it comes), phases interleaved: ``--clients`` threads SET random-size values
+soak (docs/benchmarks.md). ``server/allocator.py`` has three modes (``PION_MALLOC_TUNING``):
+``trim`` (the default: glibc's thresholds, ``malloc_trim`` after evictions), ``memory`` (also a
+fixed 64 KiB mmap threshold, 128 KiB trim threshold, 2 arenas) and ``off``. This runs the same
+workload against three servers, one per mode, phases interleaved: ``--clients`` threads SET
+random-size values
 under keys drawn from a working set twice ``--maxmemory`` (allkeys-lru evicts), and GET them
 back, for ``--seconds`` per phase.
 
@@ -89,8 +89,8 @@ def main() -> int:
     args = parser.parse_args()
     maxmemory = args.maxmemory_mb * 2**20
     n_keys = 2 * maxmemory // ((VALUE_MIN + VALUE_MAX) // 2)
-    variants = {"tuned (default)": {}, "PION_MALLOC_TUNING=trim": {"PION_MALLOC_TUNING": "trim"},
-                "PION_MALLOC_TUNING=0": {"PION_MALLOC_TUNING": "0"}}
+    variants = {"trim (default)": {}, "memory": {"PION_MALLOC_TUNING": "memory"},
+                "off": {"PION_MALLOC_TUNING": "off"}}
     with tempfile.TemporaryDirectory(prefix="pion-malloc-") as tmp:
         servers: dict[str, ServerProcess] = {}
         idle: dict[str, int] = {}

@@ -3,19 +3,23 @@
 Why: the keyspace holds values of 64 KB-1 MB (LMCache chunks) that eviction frees and new
 SETs replace all the time. glibc's malloc serves blocks above ``M_MMAP_THRESHOLD`` (128 KiB at
 start) with their own mmap, returned to the OS on free — but each such free *raises* the
-threshold (up to 32 MiB), so after the first evictions large values come from the heap and its
-arenas, where freed holes of one size do not fit the next value's size: RSS grew to ~2.3x
-maxmemory in the soak (docs/benchmarks.md, "RSS under maxmemory"). Measured there (32 clients,
-maxmemory 64 MiB): RSS above maxmemory + the idle server went from 48 MiB to 15 MiB with a fixed
-64 KiB mmap threshold, a 128 KiB trim threshold and two arenas.
+threshold (up to 32 MiB), so after the first evictions large values come from the heap, where
+freed holes of one size do not fit the next value's size and pages stay resident.
 
-``tune()`` sets those three with ``mallopt`` once, at start-up (before the replay fills the
-stores; forked ``-w N`` workers inherit them). ``trim_forever`` calls ``malloc_trim(0)`` at most
-once a second after evictions or after the stores shrank (DEL, FLUSHALL), to hand back heap pages that
-smaller freed blocks left. Neither changes what is stored; on a non-glibc libc both do nothing.
-``PION_MALLOC_TUNING`` in the environment chooses: ``1`` (default) both, ``trim`` only the
-trimming (glibc's own thresholds), ``0`` neither (to compare, or to use ``MALLOC_*`` environment
-variables instead); ``benchmarks/bench_malloc_tuning.py`` runs the three side by side.
+``PION_MALLOC_TUNING`` (environment) chooses, measured side by side in
+``benchmarks/bench_malloc_tuning.py`` (docs/benchmarks.md, "RSS under --maxmemory"):
+
+* ``trim`` (default): glibc's own thresholds; ``trim_forever`` calls ``malloc_trim(0)`` at most
+  once a second after evictions or after the stores shrank by 4 MiB (DEL, FLUSHALL), handing
+  back whole free pages inside the heap. Costs nothing per request.
+* ``memory``: also ``tune()`` — a fixed 64 KiB mmap threshold (every value gets its own
+  mapping, unmapped on free), a 128 KiB trim threshold and two arenas, set with ``mallopt`` at
+  start-up (``-w N`` workers inherit them). RSS tracks ``--maxmemory`` most tightly (11 MiB
+  above it + the idle server at 16 clients vs 31 MiB), but every large SET pays an mmap and its
+  page faults: ~2x server CPU per op for 64 KB-1 MB values, so it is not the default.
+* ``off``: neither (glibc as it comes; or ``MALLOC_*`` environment variables).
+
+Neither changes what is stored; on a non-glibc libc (musl, macOS) nothing is done.
 """
 
 from __future__ import annotations
@@ -61,14 +65,19 @@ def available() -> bool:
     return _LIBC is not None
 
 
+MODES = ("trim", "memory", "off")
+
+
 def mode() -> str:
-    """``PION_MALLOC_TUNING``: ``1`` (mallopt + trim, the default), ``trim`` or ``0``."""
-    return os.environ.get("PION_MALLOC_TUNING", "1")
+    """``PION_MALLOC_TUNING``: ``trim`` (the default; an unknown value too), ``memory`` or ``off``."""
+    value = os.environ.get("PION_MALLOC_TUNING", "trim")
+    return value if value in MODES else "trim"
 
 
 def tune() -> bool:
-    """Set the mmap threshold, trim threshold and arena count; True when applied."""
-    if _LIBC is None or mode() != "1":
+    """Under ``PION_MALLOC_TUNING=memory``: set the mmap threshold, trim threshold and arena
+    count; True when applied."""
+    if _LIBC is None or mode() != "memory":
         return False
     ok = all(_LIBC.mallopt(param, value) == 1 for param, value in (
         (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_ARENA_MAX, ARENA_MAX)))
@@ -86,7 +95,7 @@ async def trim_forever(used_bytes: Callable[[], int], evictions: Callable[[], in
                        interval_s: float = TRIM_INTERVAL_S) -> None:
     """Each ``interval_s``: trim when something was evicted, or the stores shrank by
     ``TRIM_MIN_SHRINK`` since the last trim (DEL, FLUSHALL, expiry)."""
-    if _LIBC is None or mode() == "0":
+    if _LIBC is None or mode() == "off":
         return
     high, evicted = used_bytes(), evictions()
     while True:
