@@ -12,6 +12,12 @@ questions it answers equal the query's family (a two-part query needs both), els
 
     PYTHONPATH=src python benchmarks/distill_eval.py --split test      # the reported figures
     PYTHONPATH=src python benchmarks/distill_eval.py --split dev       # the only split tuned on
+
+With ``--answers benchmarks/data/distill_faq_smollm2_test.jsonl`` (``make_distill_real_answers.py``)
+the test backend returns SmolLM2-135M's recorded answer to each question instead, and only the
+questions of that file are replayed (a slice of the FAQ test split). A served text is then
+traced to the recorded answers it was cut from: **right** when those include an answer to every
+family of the query, else **wrong** (an L3b fragment is one sentence of some earlier answer).
 """
 
 from __future__ import annotations
@@ -47,10 +53,20 @@ def families_of(answer: str, family_of: dict[str, str]) -> set[str]:
     return out
 
 
+def sources_of(served: str, canned: dict[str, str], family_of: dict[str, str]) -> set[str]:
+    """Families of the recorded answers ``served`` was taken from (contains it, or it contains them)."""
+    served = (served or "").strip()
+    out: set[str] = set()
+    for q, ans in canned.items():
+        if served and ans.strip() and (served in ans or ans.strip() in served):
+            out.add(family_of[q])
+    return {f for fam in out for f in fam.split("+")}
+
+
 def run_one(rows: list[dict[str, Any]], family_of: dict[str, str], distill: bool, work: Path,
-            extra: tuple[str, ...] = ()) -> dict[str, Any]:
+            extra: tuple[str, ...] = (), canned: dict[str, str] | None = None) -> dict[str, Any]:
     server = start_server(work / f"pion-{distill}")
-    backend = FakeBackend("openai").start()
+    backend = FakeBackend("openai", canned=canned).start()
     proxy = start_proxy(work, "--backend", "vllm", "--backend-url", backend.url, *pion_args(server),
                         *(["--distill", *extra] if distill else []))
     try:
@@ -64,16 +80,21 @@ def run_one(rows: list[dict[str, Any]], family_of: dict[str, str], distill: bool
     caught: Counter[str] = Counter()
     wrong: Counter[str] = Counter()
     wrong_examples = []
+    right_examples: list[tuple[str, str]] = []
     for row, res in zip(rows, results):
         src = res["source"]
         if src not in LAYERS:
             continue
         caught[src] += 1
-        if families_of(res["answer"], family_of) != set(row["family"].split("+")):
+        want = set(row["family"].split("+"))
+        if (not want <= sources_of(res["answer"], canned, family_of) if canned
+                else families_of(res["answer"], family_of) != want):
             wrong[src] += 1
             wrong_examples.append((src, row["question"], (res["answer"] or "")[:120]))
+        elif canned and src == "l3b_fragment":
+            right_examples.append((row["question"], (res["answer"] or "")[:160]))
     return {"n": len(rows), "caught": dict(caught), "wrong": dict(wrong), "errors":
-            sum(r["source"] == "error" for r in results), "examples": wrong_examples[:10],
+            sum(r["source"] == "error" for r in results), "examples": wrong_examples[:10], "l3b_right": right_examples[:10],
             "l3_concepts": stats.get("l3_concepts"), "l3_fragments": stats.get("l3_fragments")}
 
 
@@ -97,6 +118,8 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     p.add_argument("--distill-args", default="", help="extra pion-serve flags for the distill-on runs")
     p.add_argument("--only-on", action="store_true", help="skip the distill-off runs (dev exploration)")
+    p.add_argument("--answers", type=Path, help="recorded model answers (JSONL question/family/answer): "
+                   "replay only these questions, answered with these texts")
     args = p.parse_args()
     report: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="distill-eval-") as tmp:
@@ -104,13 +127,18 @@ def main() -> None:
             all_rows = load_dataset(DATA / f"{name}.jsonl")
             family_of = {r["question"]: r["family"] for r in all_rows}
             rows = [r for r in all_rows if r["split"] == args.split]
-            for distill in ((True,) if args.only_on else (False, True)):
+            canned = None
+            if args.answers:
+                canned = {r["question"]: r["answer"] for r in load_dataset(args.answers)}
+                rows = [r for r in rows if r["question"] in canned]            for distill in ((True,) if args.only_on else (False, True)):
                 key = f"{name.removeprefix('distill_')} ({args.split}, {len(rows)}) | {'on' if distill else 'off'}"
                 report[key] = run_one(rows, family_of, distill, Path(tmp) / f"{name}-{distill}",
-                                      tuple(args.distill_args.split()))
+                                      tuple(args.distill_args.split()), canned)
                 print(key, json.dumps({k: v for k, v in report[key].items() if k != "examples"}), flush=True)
                 for ex in report[key]["examples"]:
                     print("   wrong:", ex, flush=True)
+                for ex in report[key]["l3b_right"]:
+                    print("   l3b right:", ex, flush=True)
     print(table(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

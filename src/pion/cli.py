@@ -2,7 +2,7 @@
 
     pion up      run pion-server + pion-llm + pion-serve (see ``pion.up``)
     pion server  = pion-server      pion llm = pion-llm      pion serve = pion-serve
-    pion serve-tools generate-qa | replay   (see ``pion.proxy.tools``)
+    pion serve-tools generate-qa | replay | train-router   (see ``pion.proxy.tools``)
     pion rag ingest <index> <files|dirs>   chunk, embed and index documents for --rag-index
 
 Each subcommand hands the rest of the command line to that program's own ``main`` (imported
@@ -20,7 +20,7 @@ SUBCOMMANDS = {
     "server": ("pion.server.main", "main", "the KV-cache server (pion-server)"),
     "llm": ("pion.llm.main", "main", "the local OpenAI-compatible LLM server (pion-llm)"),
     "serve": ("pion.proxy.main", "main", "the OpenAI proxy with a semantic cache (pion-serve)"),
-    "serve-tools": ("pion.proxy.tools.main", "main", "generate-qa / replay data sets through pion-serve"),
+    "serve-tools": ("pion.proxy.tools.main", "main", "generate-qa / replay data sets through pion-serve, train-router"),
     "rag": ("pion.proxy.rag_ingest", "main", "build a RAG index: pion rag ingest <index> <files|dirs>"),
 }
 

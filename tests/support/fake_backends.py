@@ -34,8 +34,11 @@ class FakeState:
     calls: int = 0
     last_headers: dict[str, str] = field(default_factory=dict)
     last_body: Any = None
+    canned: dict[str, str] = field(default_factory=dict)  # question -> a recorded model answer
 
     def answer(self, text: str) -> str:
+        if text in self.canned:
+            return self.canned[text]
         return f"Answer {self.calls} from {self.kind} to: {text}"
 
 
@@ -266,8 +269,9 @@ _APPS = {"openai": _openai_app, "sie": _sie_app, "ollama": _ollama_app, "anthrop
 class FakeBackend:
     """One fake API server (``kind`` in openai | ollama | anthropic | gemini) in a thread."""
 
-    def __init__(self, kind: str, port: int | None = None) -> None:
-        self.state = FakeState(kind)
+    def __init__(self, kind: str, port: int | None = None, canned: dict[str, str] | None = None) -> None:
+        """``canned``: answers recorded from a real model, returned for exactly these questions."""
+        self.state = FakeState(kind, canned=dict(canned or {}))
         self.port = port or free_port()
         config = uvicorn.Config(_APPS[kind](self.state), host="127.0.0.1", port=self.port,
                                 log_level="warning", ws="none", lifespan="off", access_log=False)

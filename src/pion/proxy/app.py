@@ -27,6 +27,7 @@ from pion.proxy.embedders import EmbedderChoice
 from pion.proxy.hit_verifier import HitVerifier
 from pion.proxy.metrics import ServeStats
 from pion.proxy.openapi_schema import CHAT_REQUEST_OPENAPI
+from pion.proxy.learned_router import load_model
 from pion.proxy.router import load_routing, make_router
 from pion.proxy.stats_extra import layer_stats
 from pion.proxy.rag import RagRetriever
@@ -37,6 +38,7 @@ def make_app(config: ServeConfig) -> FastAPI:
     state: dict[str, Any] = {}
     # Read --route-config now so a bad file stops the start with a ConfigError.
     routing = load_routing(config.route_config, BACKENDS) if config.route else None
+    route_model = load_model(config.route_classifier) if config.route_classifier else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -47,7 +49,8 @@ def make_app(config: ServeConfig) -> FastAPI:
         embedder = EmbedderChoice(config, cache, http)
         stats = ServeStats()
         backend = make_backend(config.backend, config.effective_backend_url, http)
-        router = make_router(routing, config.route_margin, embedder.embed_many, http) if routing else None
+        router = make_router(routing, config.route_margin, embedder.embed_many, http, route_model,
+                             config.route_classifier) if routing else None
         distill = (Distiller(config.pion_host, config.pion_port, config.pion_password, config.cache_name,
                              embedder.embed_many, ttl_s=config.cache_ttl_s, direct=config.l3_direct_threshold,
                              composite=config.l3_composite_threshold, retry_s=config.pion_retry_s)

@@ -54,6 +54,7 @@ class ServeConfig:
     route: bool = False
     route_config: str | None = None
     route_margin: float = 0.05
+    route_classifier: str | None = None
     distill: bool = False
     l3_direct_threshold: float | None = None
     l3_composite_threshold: float | None = None
@@ -82,6 +83,8 @@ class ServeConfig:
             raise ConfigError(f"rag_k: {self.rag_k} is not between 1 and 100")
         if self.cache_ttl_s is not None and self.cache_ttl_s <= 0:
             raise ConfigError(f"cache_ttl_s: {self.cache_ttl_s} must be positive")
+        if self.route_classifier is not None and not self.route:
+            raise ConfigError("route_classifier: needs --route")
         if not 0.0 <= self.route_margin < 2.0:
             raise ConfigError(f"route_margin: {self.route_margin} is not in [0, 2)")
         for key in ("l3_direct_threshold", "l3_composite_threshold"):
@@ -140,6 +143,8 @@ OPTIONS: list[Option] = [
          "JSON file of tiers {backend, model, [base_url], [cost_per_mtok]}"),
     _opt(("--route-margin",), "route_margin", parse_float(),
          "centroid cosine margin for simple/complex (default 0.05)"),
+    _opt(("--route-classifier",), "route_classifier", parse_optional_text,
+         "learned route model (.npz from `pion serve-tools train-router`) instead of the centroids"),
     _opt(("--distill",), "distill", parse_bool, "L3 concept + L3b fragment layers", switch="yes"),
     _opt(("--l3-direct-threshold",), "l3_direct_threshold", _parse_optional_float,
          "L3 direct threshold (default: auto-calibrated)"),

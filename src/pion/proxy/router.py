@@ -34,6 +34,7 @@ import numpy as np
 from pion.common.errors import ConfigError
 from pion.proxy.backends import make_backend
 from pion.proxy.backends.base import Backend
+from pion.proxy.learned_router import LearnedRouteModel
 
 TIERS = ("simple", "medium", "complex")
 DEFAULT_MARGIN = 0.05
@@ -133,15 +134,57 @@ class CentroidClassifier:
             return RouteDecision("medium", 0.0, "no_embedding", classified=False)
         v = _unit(np.asarray(vector, np.float32))
         s, c = float(v @ self.simple_centroid), float(v @ self.complex_centroid)
-        diff = s - c
-        tier = "simple" if diff > self.margin else "complex" if diff < -self.margin else "medium"
+        tier = tier_of(s - c, self.margin)
         confidence = round(s if tier == "simple" else c if tier == "complex" else max(s, c), 4)
-        n_tokens = len(text.split())
-        if tier == "complex" and n_tokens <= SHORT_QUERY_TOKENS:
-            return RouteDecision("medium", confidence, "short_query")
-        if tier == "simple" and n_tokens >= LONG_QUERY_TOKENS:
-            return RouteDecision("medium", confidence, "long_query")
-        return RouteDecision(tier, confidence)
+        return with_length_heuristics(text, tier, confidence)
+
+    @property
+    def dim(self) -> int:
+        return len(self.simple_centroid)
+
+
+def tier_of(diff: float, margin: float) -> str:
+    """Steps 3-5: diff (positive = simple) against the margin."""
+    return "simple" if diff > margin else "complex" if diff < -margin else "medium"
+
+
+def with_length_heuristics(text: str, tier: str, confidence: float) -> RouteDecision:
+    """Steps 8-9: a short "complex" query and a long "simple" one go to medium."""
+    n_tokens = len(text.split())
+    if tier == "complex" and n_tokens <= SHORT_QUERY_TOKENS:
+        return RouteDecision("medium", confidence, "short_query")
+    if tier == "simple" and n_tokens >= LONG_QUERY_TOKENS:
+        return RouteDecision("medium", confidence, "long_query")
+    return RouteDecision(tier, confidence)
+
+
+@dataclass(frozen=True)
+class LearnedClassifier:
+    """``--route-classifier``: the same steps with a learned score in place of the centroids.
+
+    diff = threshold - score (score: the model's probability that the query needs the strong
+    tier), so the margin, the code / short / long heuristics and the no-embedding fallback
+    act exactly as for the centroids. Confidence: the score for complex, 1 - score for simple,
+    the larger of the two for medium.
+    """
+
+    model: LearnedRouteModel
+    margin: float = DEFAULT_MARGIN
+
+    @property
+    def dim(self) -> int:
+        return self.model.dim
+
+    def classify(self, text: str, vector: np.ndarray | None) -> RouteDecision:
+        if _CODE.search(text):
+            return RouteDecision("complex", 1.0, "code")
+        if vector is None:
+            return RouteDecision("medium", 0.0, "no_embedding", classified=False)
+        score = float(self.model.scores(np.asarray(vector, np.float32)[None, :], [text])[0])
+        tier = tier_of(self.model.threshold - score, self.margin)
+        confidence = round(score if tier == "complex" else 1.0 - score if tier == "simple"
+                           else max(score, 1.0 - score), 4)
+        return with_length_heuristics(text, tier, confidence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,19 +285,27 @@ class IntentRouter:
     """Classifies queries and accounts cost; centroids are built on first use.
 
     ``embed`` is the proxy's embedder (``EmbedderChoice.embed_many``); when it returns None
-    the centroids are retried on the next query and the query goes to medium.
+    the centroids are retried on the next query and the query goes to medium. With a learned
+    ``model`` (``--route-classifier``) no centroids are built; a query vector whose dimension
+    differs from the model's (another embedder than the one it was trained on) goes to medium,
+    unclassified, and is counted in ``dim_mismatch``.
     """
 
     def __init__(self, routing: Mapping[str, Tier], embed: EmbedFn, margin: float = DEFAULT_MARGIN,
-                 backends: Mapping[str, Backend] | None = None) -> None:
+                 backends: Mapping[str, Backend] | None = None, model: LearnedRouteModel | None = None,
+                 model_path: str | None = None) -> None:
         self.routing = dict(routing)
         self.margin = margin
         self.backends: dict[str, Backend] = dict(backends or {})
         self._embed = embed
-        self._classifier: CentroidClassifier | None = None
+        self._classifier: CentroidClassifier | LearnedClassifier | None = (
+            LearnedClassifier(model, margin) if model is not None else None)
+        self.classifier_name = "learned" if model is not None else "centroid"
+        self.model_path = model_path
+        self.dim_mismatch = 0
         self.stats = RouterStats()
 
-    async def _ready(self) -> CentroidClassifier | None:
+    async def _ready(self) -> CentroidClassifier | LearnedClassifier | None:
         if self._classifier is None:
             vecs = await self._embed(list(SIMPLE_SEEDS + COMPLEX_SEEDS))
             if vecs is not None and len(vecs) == len(SIMPLE_SEEDS) + len(COMPLEX_SEEDS):
@@ -265,11 +316,14 @@ class IntentRouter:
     async def classify(self, text: str, vector: np.ndarray | None) -> RouteDecision:
         """Decide the tier of ``text``; ``vector`` is reused when L1 already embedded it."""
         classifier = await self._ready()
-        if classifier is not None and vector is not None and len(vector) != len(classifier.simple_centroid):
+        if classifier is not None and vector is not None and len(vector) != classifier.dim:
             vector = None  # another vector space (should not happen: same embedder)
         if classifier is not None and vector is None and not _CODE.search(text):
             got = await self._embed([text])
             vector = got[0] if got is not None and len(got) == 1 else None
+            if vector is not None and len(vector) != classifier.dim:
+                self.dim_mismatch += 1
+                vector = None
         if classifier is None:
             decision = (RouteDecision("complex", 1.0, "code") if _CODE.search(text)
                         else RouteDecision("medium", 0.0, "no_embedding", classified=False))
@@ -293,13 +347,22 @@ class IntentRouter:
     def x_pion(self, decision: RouteDecision) -> dict[str, Any]:
         tier = self.routing[decision.tier]
         return {"tier": decision.tier, "backend": tier.backend, "model": tier.model,
-                "confidence": decision.confidence, "heuristic_boost": decision.heuristic_boost}
+                "confidence": decision.confidence, "heuristic_boost": decision.heuristic_boost,
+                "classifier": self.classifier_name}
 
     def schema(self) -> dict[str, Any]:
-        return self.stats.schema(self.routing)
+        out = self.stats.schema(self.routing)
+        out["classifier"] = self.classifier_name
+        if isinstance(self._classifier, LearnedClassifier):
+            m = self._classifier.model
+            out["learned"] = {"file": self.model_path, "kind": m.kind, "threshold": round(m.threshold, 6),
+                              "candidate": m.meta.get("candidate"), "embedder": m.meta.get("embedder"),
+                              "dim": m.dim, "dim_mismatch": self.dim_mismatch}
+        return out
 
 
-def make_router(routing: Mapping[str, Tier], margin: float, embed: EmbedFn, http: httpx.AsyncClient) -> IntentRouter:
+def make_router(routing: Mapping[str, Tier], margin: float, embed: EmbedFn, http: httpx.AsyncClient,
+                model: LearnedRouteModel | None = None, model_path: str | None = None) -> IntentRouter:
     """An ``IntentRouter`` with one backend client per tier (tiers may use different backends)."""
     backends = {name: make_backend(t.backend, t.base_url, http) for name, t in routing.items()}
-    return IntentRouter(routing, embed, margin, backends)
+    return IntentRouter(routing, embed, margin, backends, model=model, model_path=model_path)

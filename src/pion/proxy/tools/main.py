@@ -1,4 +1,5 @@
-"""``pion serve-tools generate-qa | replay``: build a replay set, replay it through pion-serve."""
+"""``pion serve-tools generate-qa | replay | train-router``: build a replay set, replay it through
+pion-serve, fit a learned route classifier for ``pion-serve --route-classifier``."""
 
 from __future__ import annotations
 
@@ -32,12 +33,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--system", help="system prompt for every query (rows may carry their own)")
     r.add_argument("--api-key")
     r.add_argument("--out", type=Path, help="per-query JSONL (default: replay-<dataset>.jsonl)")
+    t = sub.add_parser("train-router", help="fit a --route-classifier model file from labelled queries")
+    t.add_argument("data", type=Path, help="JSONL: prompt + needs_strong, or prompt + strong_correct + weak_correct")
+    t.add_argument("--out", type=Path, required=True, help="model file to write (.npz)")
+    t.add_argument("--strong-share", type=float, default=0.5,
+                   help="share of the training queries above the threshold (default 0.5)")
+    t.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    t.add_argument("--embeddings", type=Path, help=".npy of precomputed query vectors, one row per input row")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.tool == "train-router":
+            from pion.proxy.tools.train_router import run
+
+            return run(args.data, args.out, strong_share=args.strong_share, folds=args.folds,
+                       embeddings=args.embeddings)
         if args.tool == "generate-qa":
             out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
             n = 0
