@@ -130,7 +130,8 @@ def main() -> None:
             canned = None
             if args.answers:
                 canned = {r["question"]: r["answer"] for r in load_dataset(args.answers)}
-                rows = [r for r in rows if r["question"] in canned]            for distill in ((True,) if args.only_on else (False, True)):
+                rows = [r for r in rows if r["question"] in canned]
+            for distill in ((True,) if args.only_on else (False, True)):
                 key = f"{name.removeprefix('distill_')} ({args.split}, {len(rows)}) | {'on' if distill else 'off'}"
                 report[key] = run_one(rows, family_of, distill, Path(tmp) / f"{name}-{distill}",
                                       tuple(args.distill_args.split()), canned)

@@ -128,6 +128,20 @@ def test_generate_qa_asks_the_backend_per_chunk_without_touching_the_cache(fake_
     assert fake_openai.state.last_body["model"] == "fake-model"
 
 
+def test_generate_qa_fails_with_the_reason_when_the_replies_hold_no_questions(fake_openai: FakeBackend,
+                                                                              tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    # The test server echoes the prompt: a chunk without questions gives a reply without any, as
+    # SmolLM2-135M's replies were (it summarised the text instead).
+    (docs / "notes.md").write_text("Open Settings and click Reset.\n\nWe are open 9 to 5.\n")
+    proc = subprocess.run([sys.executable, "-m", "pion.cli", "serve-tools", "generate-qa", str(docs), "--url",
+                           fake_openai.url, "--model", "tiny-model"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr.strip()) == (
+        1, "", "pion serve-tools: generate-qa: the backend's replies held no questions (no line ending in '?'); "
+        "'tiny-model' may be too small to follow the instruction")
+
+
 def test_generate_qa_on_a_folder_without_documents_fails_with_the_reason(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "pion.cli", "serve-tools", "generate-qa", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)

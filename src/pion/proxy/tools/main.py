@@ -60,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 n += 1
             if args.out:
                 out.close()
+            if n == 0:
+                # Seen with pion-llm's SmolLM2-135M: it answers or summarises the text instead of
+                # writing questions (docs/proxy.md); an empty replay set is a failure, not a result.
+                print(f"pion serve-tools: generate-qa: the backend's replies held no questions (no line "
+                      f"ending in '?'); {args.model!r} may be too small to follow the instruction", file=sys.stderr)
+                return 1
             print(f"generate-qa: {n} questions", file=sys.stderr)
             return 0
         rows = load_dataset(args.dataset)
