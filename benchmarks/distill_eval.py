@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import redis
 from support.fake_backends import FakeBackend
 from support.procs import start_server
 from support.proxy_procs import pion_args, start_proxy, wait_for_embedder
@@ -66,6 +67,10 @@ def sources_of(served: str, canned: dict[str, str], family_of: dict[str, str]) -
 def run_one(rows: list[dict[str, Any]], family_of: dict[str, str], distill: bool, work: Path,
             extra: tuple[str, ...] = (), canned: dict[str, str] | None = None) -> dict[str, Any]:
     server = start_server(work / f"pion-{distill}")
+    # Load the server's MiniLM before pion-serve asks: on a loaded box the first AI.EMBED can
+    # outlast pion-serve's socket timeout, and its start-up probe then never settles the embedder.
+    with redis.Redis(port=server.port, socket_timeout=900) as r:
+        r.execute_command("AI.EMBED", "warm up")
     backend = FakeBackend("openai", canned=canned).start()
     proxy = start_proxy(work, "--backend", "vllm", "--backend-url", backend.url, *pion_args(server),
                         *(["--distill", *extra] if distill else []))

@@ -17,8 +17,8 @@ Routers compared on the same held-out test split:
     (criterion: mean accuracy over 10-60 % strong calls of the out-of-fold scores). The winner
     is refit on train and its score threshold swept on test; the best plain logistic model of
     the same CV is shown next to it. The winner is also scored as pion-serve runs it
-    (``--route-classifier``: threshold at 50 % strong calls on train, margin 0.05, the spec's
-    heuristics; medium and complex -> strong). For MMLU a logistic variant that also sees the
+    (``--route-classifier``: threshold at 50 % strong calls on train, the file's margin 0, the
+    spec's heuristics; medium and complex -> strong). For MMLU a logistic variant that also sees the
     subject label is reported separately (a deployment may know the topic; the prompt alone
     does not say).
 
@@ -45,7 +45,7 @@ import numpy as np
 from router_embed_cache import DEFAULT_OUT, cached_embeddings, load_rows
 
 from pion.proxy import route_training
-from pion.proxy.router import COMPLEX_SEEDS, DEFAULT_MARGIN, SIMPLE_SEEDS, CentroidClassifier, LearnedClassifier
+from pion.proxy.router import COMPLEX_SEEDS, SIMPLE_SEEDS, CentroidClassifier, LearnedClassifier
 
 SPLIT_SEED = 17
 TRAIN_SHARE = 0.6
@@ -173,7 +173,7 @@ def evaluate(name: str, emb_dir: Path, seeds: np.ndarray) -> dict:
                                ("prompt only, train-router (CV winner)", fitted.best, fitted.model)):
         result["logreg"][label] = {"features": cand.label(), "cv_mean_acc": cv[cand],
                                    "curve": curve_from_scores(model.scores(vecs[te], te_prompts), test)}
-    served = LearnedClassifier(fitted.model, DEFAULT_MARGIN)
+    served = LearnedClassifier(fitted.model)
     to_strong = np.array([served.classify(prompts[i], vecs[i]).tier != "simple" for i in te])
     result["served"] = {"share": float(to_strong.mean()), "accuracy": accuracy(to_strong, test),
                         "threshold": fitted.model.threshold}
@@ -218,7 +218,7 @@ def target_line(results: list[dict]) -> str:
     out = []
     for r in results:
         sv = r["served"]
-        out.append(f"{r['set']} served (--route-classifier, threshold {sv['threshold']:.4f}, margin 0.05, heuristics): "
+        out.append(f"{r['set']} served (--route-classifier, threshold {sv['threshold']:.4f}, margin 0, heuristics): "
                    f"{sv['share'] * 100:.1f}% to strong, accuracy {sv['accuracy'] * 100:.1f}% "
                    f"({sv['accuracy'] / r['strong_only'] * 100:.1f}% of strong-only)")
         goal = 0.95 * r["strong_only"]

@@ -10,6 +10,7 @@ the model marks hard to the strong tier.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,10 +29,11 @@ from support.procs import ServerProcess
 from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_embedder
 
 
-def _axis_model(threshold: float = 0.5) -> LearnedRouteModel:
+def _axis_model(threshold: float = 0.5, margin: float = 0.05) -> LearnedRouteModel:
     """A 4-dim logistic model scoring sigmoid(8 * x0) of the unit vector: x0 = +1 -> 0.9997, -1 -> 0.0003."""
     coef = np.array([8.0, 0.0, 0.0, 0.0], np.float32)
-    return LearnedRouteModel(kind="logreg", dim=4, coef=coef, threshold=threshold, meta={"candidate": "axis"})
+    return LearnedRouteModel(kind="logreg", dim=4, coef=coef, threshold=threshold, margin=margin,
+                             meta={"candidate": "axis"})
 
 
 def test_a_saved_model_scores_every_query_the_same_after_loading(tmp_path: Path) -> None:
@@ -42,8 +44,8 @@ def test_a_saved_model_scores_every_query_the_same_after_loading(tmp_path: Path)
     model = train(vecs, texts, np.ones(30, bool), ~y, folds=3).model
     model.save(tmp_path / "m.npz")
     loaded = load_model(tmp_path / "m.npz")
-    assert (loaded.kind, loaded.dim, loaded.stats, loaded.k, loaded.threshold) == (
-        model.kind, model.dim, model.stats, model.k, model.threshold)
+    assert (loaded.kind, loaded.dim, loaded.stats, loaded.k, loaded.threshold, loaded.margin) == (
+        model.kind, model.dim, model.stats, model.k, model.threshold, 0.0)
     assert np.allclose(loaded.scores(vecs, texts), model.scores(vecs, texts), atol=1e-3)
 
 
@@ -62,7 +64,7 @@ def test_training_puts_exactly_the_hard_cluster_above_the_threshold() -> None:
 
 
 def test_learned_score_maps_to_tiers_with_the_margin_and_the_heuristics() -> None:
-    clf = LearnedClassifier(_axis_model(0.5), margin=0.05)
+    clf = LearnedClassifier(_axis_model(0.5, margin=0.05))
     long_q = "Tell me about it " + "really " * 60
     cases = {"hard": ("Please do this long piece of work now", [1.0, 0, 0, 0]),
              "easy": ("What is this one simple thing here?", [-1.0, 0, 0, 0]),
@@ -96,6 +98,7 @@ def test_a_file_holding_a_pickled_object_is_refused(tmp_path: Path) -> None:
     (lambda h: h | {"kind": "forest"}, "kind 'forest' is not one of logreg, knn, blend"),
     (lambda h: h | {"stats": ["log_chars", "moon_phase"]}, "unknown text statistic"),
     (lambda h: h | {"dim": 5}, "coef has shape (4,), expected (5,)"),
+    (lambda h: h | {"margin": 1.5}, "margin must be in [0, 1)"),
 ])
 def test_a_malformed_model_file_is_a_config_error_naming_the_problem(tmp_path: Path, mutate: object,
                                                                      message: str) -> None:
@@ -105,7 +108,7 @@ def test_a_malformed_model_file_is_a_config_error_naming_the_problem(tmp_path: P
         arrays = {k: z[k] for k in z.files}
     arrays["header"] = np.array(json.dumps(mutate(json.loads(str(arrays["header"])))))  # type: ignore[operator]
     np.savez(tmp_path / "bad.npz", **arrays)
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_model(tmp_path / "bad.npz")
 
 
@@ -227,7 +230,8 @@ def _ask(proxy: ProxyProcess, question: str) -> tuple[str, dict]:
 def test_train_router_writes_a_model_file_and_reports_its_choice(trained: tuple[Path, dict]) -> None:
     path, report = trained
     model = load_model(path)
-    assert (report["rows"], report["out"], report["strong_share"], model.dim) == (40, str(path), 0.5, 384)
+    assert (report["rows"], report["out"], report["strong_share"], report["margin"], model.dim) == (
+        40, str(path), 0.5, 0.0, 384)
     assert report["threshold"] == round(model.threshold, 6)
     assert model.meta["embedder"] == "all-MiniLM-L6-v2"
 

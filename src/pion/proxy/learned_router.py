@@ -11,8 +11,9 @@ fitted on labelled outcomes (``pion serve-tools train-router``, ``route_training
 
 The model file is an ``.npz`` of plain arrays plus one JSON header (``np.load`` with
 ``allow_pickle=False``: loading a file never runs code). The score is mapped to a tier the way
-the centroid classifier maps its diff: ``diff = threshold - score``; above ``margin`` simple,
-below ``-margin`` complex, else medium; the spec's heuristics (code -> complex, short complex ->
+the centroid classifier maps its diff: ``diff = threshold - score``; above the model's
+``margin`` simple, below ``-margin`` complex, else medium (the margin is the file's, in score
+units, 0 by default: ``--route-margin`` is the centroids' cosine margin); the spec's heuristics (code -> complex, short complex ->
 medium, long simple -> medium) and the no-embedding fallback (medium) apply unchanged.
 """
 
@@ -94,6 +95,7 @@ class LearnedRouteModel:
     k: int = 0
     blend: float = 1.0
     threshold: float = 0.5
+    margin: float = 0.0  # half-width of the medium band around the threshold, in score units
     meta: dict[str, Any] = field(default_factory=dict)
 
     def features(self, vectors: np.ndarray, texts: list[str]) -> np.ndarray:
@@ -121,7 +123,7 @@ class LearnedRouteModel:
     def header(self) -> dict[str, Any]:
         return {"format": FORMAT, "kind": self.kind, "dim": self.dim, "stats": list(self.stats),
                 "intercept": self.intercept, "k": self.k, "blend": self.blend, "threshold": self.threshold,
-                "meta": self.meta}
+                "margin": self.margin, "meta": self.meta}
 
     def save(self, path: str | Path) -> None:
         """Write the model as an ``.npz`` of plain arrays (no pickled objects)."""
@@ -162,7 +164,8 @@ def load_model(path: str | Path) -> LearnedRouteModel:
         kind=kind, dim=dim, stats=tuple(stats), stat_mean=arrays["stat_mean"], stat_std=arrays["stat_std"],
         coef=arrays["coef"], intercept=float(head.get("intercept", 0.0)), knn_vectors=arrays["knn_vectors"],
         knn_labels=arrays["knn_labels"], k=int(head.get("k", 0)), blend=float(head.get("blend", 1.0)),
-        threshold=float(head.get("threshold", 0.5)), meta=dict(head.get("meta") or {}))
+        threshold=float(head.get("threshold", 0.5)), margin=float(head.get("margin", 0.0)),
+        meta=dict(head.get("meta") or {}))
     _check_shapes(model, where)
     return model
 
@@ -180,6 +183,8 @@ def _check_shapes(m: LearnedRouteModel, where: str) -> None:
             raise ConfigError(f"{where}: knn_labels must hold one label per knn vector")
         if m.k < 1:
             raise ConfigError(f"{where}: k must be >= 1")
+    if not 0.0 <= m.margin < 1.0:
+        raise ConfigError(f"{where}: margin must be in [0, 1)")
     if not 0.0 <= m.blend <= 1.0:
         raise ConfigError(f"{where}: blend must be in [0, 1]")
     if not all(np.isfinite(a).all() for a in (m.coef, m.stat_mean, m.stat_std, m.knn_labels)):

@@ -104,7 +104,7 @@ class TrainResult:
 
 
 def train(vectors: np.ndarray, texts: list[str], strong: np.ndarray, weak: np.ndarray, *,
-          strong_share: float = 0.5, folds: int = 5, seed: int = 17, embedder: str = "",
+          strong_share: float = 0.5, margin: float = 0.0, folds: int = 5, seed: int = 17, embedder: str = "",
           log: Callable[[str], None] | None = None) -> TrainResult:
     """Cross-validate every candidate on these rows, refit the best on all of them."""
     vecs = unit_rows(vectors)
@@ -154,7 +154,7 @@ def train(vectors: np.ndarray, texts: list[str], strong: np.ndarray, weak: np.nd
         -1.0 if strong_share >= 1 else 2.0)
     meta = dict(model.meta, candidate=best.label(), cv_mean_routed_accuracy=round(cv, 5),
                 strong_share=strong_share, rows=len(texts))
-    return TrainResult(replace(model, threshold=threshold, meta=meta), best, cv, ranking)
+    return TrainResult(replace(model, threshold=threshold, margin=margin, meta=meta), best, cv, ranking)
 
 
 def fit(cand: Candidate, vectors: np.ndarray, texts: list[str], strong: np.ndarray, weak: np.ndarray, *,

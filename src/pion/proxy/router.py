@@ -163,13 +163,13 @@ class LearnedClassifier:
     """``--route-classifier``: the same steps with a learned score in place of the centroids.
 
     diff = threshold - score (score: the model's probability that the query needs the strong
-    tier), so the margin, the code / short / long heuristics and the no-embedding fallback
-    act exactly as for the centroids. Confidence: the score for complex, 1 - score for simple,
+    tier) against the model file's margin (score units; ``--route-margin`` is the centroids'
+    cosine margin and would be far too wide here: measured in docs/benchmarks.md), so the
+    code / short / long heuristics and the no-embedding fallback act exactly as for the centroids. Confidence: the score for complex, 1 - score for simple,
     the larger of the two for medium.
     """
 
     model: LearnedRouteModel
-    margin: float = DEFAULT_MARGIN
 
     @property
     def dim(self) -> int:
@@ -181,7 +181,7 @@ class LearnedClassifier:
         if vector is None:
             return RouteDecision("medium", 0.0, "no_embedding", classified=False)
         score = float(self.model.scores(np.asarray(vector, np.float32)[None, :], [text])[0])
-        tier = tier_of(self.model.threshold - score, self.margin)
+        tier = tier_of(self.model.threshold - score, self.model.margin)
         confidence = round(score if tier == "complex" else 1.0 - score if tier == "simple"
                            else max(score, 1.0 - score), 4)
         return with_length_heuristics(text, tier, confidence)
@@ -299,7 +299,7 @@ class IntentRouter:
         self.backends: dict[str, Backend] = dict(backends or {})
         self._embed = embed
         self._classifier: CentroidClassifier | LearnedClassifier | None = (
-            LearnedClassifier(model, margin) if model is not None else None)
+            LearnedClassifier(model) if model is not None else None)
         self.classifier_name = "learned" if model is not None else "centroid"
         self.model_path = model_path
         self.dim_mismatch = 0
@@ -356,6 +356,7 @@ class IntentRouter:
         if isinstance(self._classifier, LearnedClassifier):
             m = self._classifier.model
             out["learned"] = {"file": self.model_path, "kind": m.kind, "threshold": round(m.threshold, 6),
+                              "margin": m.margin,
                               "candidate": m.meta.get("candidate"), "embedder": m.meta.get("embedder"),
                               "dim": m.dim, "dim_mismatch": self.dim_mismatch}
         return out

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--strong-share", type=float, default=0.5,
                    help="share of the training queries above the threshold (default 0.5)")
     t.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    t.add_argument("--margin", type=float, default=0.0,
+                   help="medium band around the threshold, in score units (default 0: simple or complex only)")
     t.add_argument("--embeddings", type=Path, help=".npy of precomputed query vectors, one row per input row")
     return p
 
@@ -50,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from pion.proxy.tools.train_router import run
 
             return run(args.data, args.out, strong_share=args.strong_share, folds=args.folds,
-                       embeddings=args.embeddings)
+                       embeddings=args.embeddings, margin=args.margin)
         if args.tool == "generate-qa":
             out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
             n = 0

@@ -68,18 +68,22 @@ def embed(texts: list[str], embeddings: Path | None) -> np.ndarray:
     return MiniLMEmbedder().encode(texts)
 
 
-def run(data: Path, out: Path, *, strong_share: float, folds: int, embeddings: Path | None) -> int:
+def run(data: Path, out: Path, *, strong_share: float, folds: int, embeddings: Path | None,
+        margin: float = 0.0) -> int:
     from pion.proxy.route_training import train
 
     if not 0.0 < strong_share < 1.0:
         raise ValueError(f"--strong-share {strong_share} is not between 0 and 1")
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"--margin {margin} is not in [0, 1)")
     texts, strong, weak = read_labelled(data)
     vecs = embed(texts, embeddings)
-    result = train(vecs, texts, strong, weak, strong_share=strong_share, folds=min(folds, len(texts)),
+    result = train(vecs, texts, strong, weak, strong_share=strong_share, margin=margin, folds=min(folds, len(texts)),
                    embedder=EMBEDDER if embeddings is None else str(embeddings),
                    log=lambda line: print(line, file=sys.stderr))
     result.model.save(out)
     print(json.dumps({"out": str(out), "rows": len(texts), "classifier": result.best.label(),
                       "cv_mean_routed_accuracy": round(result.cv_score, 4),
-                      "threshold": round(result.model.threshold, 6), "strong_share": strong_share}))
+                      "threshold": round(result.model.threshold, 6), "margin": margin,
+                      "strong_share": strong_share}))
     return 0
