@@ -223,7 +223,8 @@ def learned_proxy(shared_pion_server: ServerProcess, trained: tuple[Path, dict],
 
 def _ask(proxy: ProxyProcess, question: str) -> tuple[str, dict]:
     completion = proxy.openai().chat.completions.create(
-        model="client-model", messages=[{"role": "system", "content": "learned"}, {"role": "user", "content": question}])
+        model="client-model",
+        messages=[{"role": "system", "content": "learned"}, {"role": "user", "content": question}])
     return completion.model or "", completion.model_extra["x_pion"]
 
 

@@ -13,8 +13,9 @@ The model file is an ``.npz`` of plain arrays plus one JSON header (``np.load`` 
 ``allow_pickle=False``: loading a file never runs code). The score is mapped to a tier the way
 the centroid classifier maps its diff: ``diff = threshold - score``; above the model's
 ``margin`` simple, below ``-margin`` complex, else medium (the margin is the file's, in score
-units, 0 by default: ``--route-margin`` is the centroids' cosine margin); the spec's heuristics (code -> complex, short complex ->
-medium, long simple -> medium) and the no-embedding fallback (medium) apply unchanged.
+units, 0 by default: ``--route-margin`` is the centroids' cosine margin); the spec's
+heuristics (code -> complex, short complex -> medium, long simple -> medium) and the
+no-embedding fallback (medium) apply unchanged.
 """
 
 from __future__ import annotations

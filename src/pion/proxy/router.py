@@ -165,8 +165,9 @@ class LearnedClassifier:
     diff = threshold - score (score: the model's probability that the query needs the strong
     tier) against the model file's margin (score units; ``--route-margin`` is the centroids'
     cosine margin and would be far too wide here: measured in docs/benchmarks.md), so the
-    code / short / long heuristics and the no-embedding fallback act exactly as for the centroids. Confidence: the score for complex, 1 - score for simple,
-    the larger of the two for medium.
+    code / short / long heuristics and the no-embedding fallback act exactly as for the
+    centroids. Confidence: the score for complex, 1 - score for simple, the larger of the two
+    for medium.
     """
 
     model: LearnedRouteModel
