@@ -68,6 +68,15 @@ MIXES: list[tuple[str, str, int, str, str]] = [  # K, V, edge layers, edge K, ed
     ("kivi8g128", "turbo4", 0, "fp16", "fp16"),
     ("kivi8g128", "mlx4g32", 0, "fp16", "fp16"),
     ("kivi4g64", "mlx4g32", 7, "kivi8g128", "int8h64"),  # 8-bit on 7+7 edge layers, 4-bit between
+    # the 5- and 6-bit formats (<= 40% of fp16's bytes): K per channel, V per token with a scale per head
+    ("kivi6g128", "int6h64", 0, "fp16", "fp16"),
+    ("kivi6g64", "int6h64", 0, "fp16", "fp16"),
+    ("kivi6g32", "int5h64", 0, "fp16", "fp16"),
+    ("kivi6g64", "int5h64", 0, "fp16", "fp16"),
+    ("kivi5g32", "int6h64", 0, "fp16", "fp16"),
+    ("kivi5g64", "int6h64", 0, "fp16", "fp16"),
+    ("kivi6g128", "mlx4g32", 0, "fp16", "fp16"),
+    ("kivi8g128", "int5h64", 0, "fp16", "fp16"),
 ]
 
 

@@ -76,3 +76,8 @@ def per_head_fp8_bound(x: np.ndarray, head_dim: int) -> np.ndarray:
     scale = _fp16(exact)
     per_head = scale / 1024 + 448 * np.abs(exact - scale) + _slack(amax)
     return np.broadcast_to(per_head, g.shape).reshape(n, d) + np.abs(x) / 16
+
+
+def per_head_narrow_bound(x: np.ndarray, head_dim: int, bits: int) -> np.ndarray:
+    """int6h* / int5h*: the symmetric bound with M = 2^(bits-1) - 1 levels each side, one scale per head."""
+    return _symmetric(x, head_dim, 2 ** (bits - 1) - 1)

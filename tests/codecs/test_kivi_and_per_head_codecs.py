@@ -1,4 +1,4 @@
-"""The issue-20 formats: kivi K per channel over token groups, and int8/fp8 with per-head scales."""
+"""The issue-20 formats: kivi K per channel over token groups, and int8/fp8/int6/int5 with per-head scales."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from grouped_bounds import kivi_bound, per_head_fp8_bound, per_head_int8_bound
+from grouped_bounds import kivi_bound, per_head_fp8_bound, per_head_int8_bound, per_head_narrow_bound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,9 +14,10 @@ from pion.codecs import codec_names, get_codec
 from pion.codecs.base import token_group
 from pion.common.errors import CodecError
 
-KIVI = [f"kivi{b}g{g}" for b in (4, 8) for g in (32, 64, 128)]
+KIVI = [f"kivi{b}g{g}" for b in (4, 5, 6, 8) for g in (32, 64, 128)]
 PER_HEAD = ["int8h64", "int8h128", "fp8h64", "fp8h128"]
-NEW = KIVI + PER_HEAD
+NARROW = ["int6h64", "int6h128", "int5h64", "int5h128"]  # 6/5-bit per head (bit planes)
+NEW = KIVI + PER_HEAD + NARROW
 REAL_KV = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "smollm2_kv_1k.npz"
 
 
@@ -74,6 +75,9 @@ def test_every_new_format_is_registered() -> None:
     ("kivi4g32", 120, 640), ("kivi4g64", 108, 576), ("kivi4g128", 102, 544),
     ("kivi8g32", 216, 1152), ("kivi8g64", 204, 1088), ("kivi8g128", 198, 1056),
     ("int8h64", 198, 1056), ("fp8h64", 198, 1056), ("int8h128", None, 1040), ("fp8h128", None, 1040),
+    ("kivi5g32", 144, 768), ("kivi5g64", 132, 704), ("kivi5g128", 126, 672),
+    ("kivi6g32", 168, 896), ("kivi6g64", 156, 832), ("kivi6g128", 150, 800),
+    ("int6h64", 150, 800), ("int6h128", None, 784), ("int5h64", 126, 672), ("int5h128", None, 656),
 ])
 def test_row_sizes_are_the_documented_ones(name: str, bytes_192: int | None, bytes_1024: int) -> None:
     codec = get_codec(name)
@@ -84,7 +88,7 @@ def test_row_sizes_are_the_documented_ones(name: str, bytes_192: int | None, byt
 
 @pytest.mark.parametrize("name,dim,multiple", [
     ("kivi4g32", 48, 32), ("kivi8g64", 80, 32), ("kivi4g128", 96, 64), ("int8h64", 96, 64),
-    ("fp8h128", 192, 128),
+    ("fp8h128", 192, 128), ("kivi6g128", 96, 64), ("kivi5g32", 80, 32), ("int6h64", 96, 64), ("int5h128", 192, 128),
 ])
 def test_a_kv_dim_that_does_not_fit_the_groups_is_refused_by_name(name: str, dim: int, multiple: int) -> None:
     with pytest.raises(CodecError) as info:
@@ -106,11 +110,19 @@ def test_kivi_round_trip_stays_within_the_documented_bound(name: str, n: int) ->
     assert (err <= bound).all()
 
 
-@pytest.mark.parametrize("name", PER_HEAD)
+def per_head_bound(name: str, rows: np.ndarray) -> np.ndarray:
+    head_dim = int(name.split("h")[1])
+    if name.startswith("int8"):
+        return per_head_int8_bound(rows, head_dim)
+    if name.startswith("fp8"):
+        return per_head_fp8_bound(rows, head_dim)
+    return per_head_narrow_bound(rows, head_dim, bits=int(name[3]))
+
+
+@pytest.mark.parametrize("name", PER_HEAD + NARROW)
 def test_per_head_round_trip_stays_within_the_documented_bound(name: str) -> None:
     rows = np.concatenate([outlier_rows(100, 256), outlier_rows(20, 256, seed=1) * 300])
-    head_dim = int(name.split("h")[1])
-    bound = per_head_int8_bound(rows, head_dim) if name.startswith("int8") else per_head_fp8_bound(rows, head_dim)
+    bound = per_head_bound(name, rows)
     err = np.abs(roundtrip(name, rows).astype(np.float64) - rows)
     assert (err <= bound).all()
 
@@ -220,7 +232,8 @@ def test_a_blob_that_is_not_whole_rows_is_refused(name: str) -> None:
         codec.decode(codec.encode(outlier_rows(3, 128))[:-1], 128)
 
 
-@pytest.mark.parametrize("name,value", [("kivi4g32", 7e5), ("kivi8g64", 1e7), ("int8h64", 1e7), ("fp8h64", 4e7)])
+@pytest.mark.parametrize("name,value", [("kivi4g32", 7e5), ("kivi8g64", 1e7), ("int8h64", 1e7), ("fp8h64", 4e7),
+                                        ("kivi6g64", 3e6), ("int6h64", 3e6), ("int5h128", 1.5e6)])
 def test_values_whose_parameters_overflow_fp16_are_refused(name: str, value: float) -> None:
     rows = outlier_rows(40, 128)
     rows[:, 0] = value

@@ -1,4 +1,4 @@
-"""``kivi4g{32,64,128}`` / ``kivi8g{32,64,128}``: K quantized per channel over a group of G tokens.
+"""``kivi{4,5,6,8}g{32,64,128}``: K quantized per channel over a group of G tokens.
 
 Why: K has outlier channels -- a few of its kv_dim channels carry most of its magnitude in
 *every* token -- so a per-row (per-token) scale is set by the outliers and the other channels
@@ -10,8 +10,10 @@ groups of 32 channels, which is exactly KIVI's V quantizer.)
 The format still has a fixed size per row, so the V-store's row slicing, budgets and snapshots
 work unchanged: a group's per-channel parameters are spread over the group's own G rows.
 
-Layout, per row of D values, b = 4 or 8 bits (D*b/8 + 4*D/G bytes):
-  [codes   b bits x D]       unsigned; b = 4: byte k = code 2k | code (2k+1) << 4
+Layout, per row of D values, b = 4, 5, 6 or 8 bits (D*b/8 + 4*D/G bytes):
+  [codes   b bits x D]       unsigned; b = 4: byte k = code 2k | code (2k+1) << 4;
+                             b = 5, 6: a low-nibble plane then a high-bits plane (pion.codecs.bitplanes);
+                             b = 8: one byte each
   [params  fp16 x 2*D/G]     this row's share of its group's parameters (below)
 
 Token groups are counted from the first row of the blob (row 0 of the layer in the V-store):
@@ -29,7 +31,7 @@ channel groups of G/2), in one of two modes:
   relative:  v = (x - c) / w, with c_c = bias_c + scale_c * L/2 and w_c = scale_c * L/2 (1 where 0)
              of the last full group before the tail (its channel ranges' centres and half-widths,
              in float32): K's outlier channels are divided out before the per-token codes
-  s_g  = fp16(amax_g(v) / M),  M = 2^(b-1) - 1  (7 or 127)
+  s_g  = fp16(amax_g(v) / M),  M = 2^(b-1) - 1  (7, 15, 31 or 127)
   code = clip(round_half_even(v / s_g), -M, M) + 2^(b-1);  v_hat = (code - 2^(b-1)) * s_g
   x_hat = v_hat (plain) or v_hat * w + c (relative)
 A relative row stores its first scale negated (the sign bit is the flag; -0.0 for a zero scale).
@@ -75,6 +77,7 @@ from pion.codecs.base import (
     require_multiple,
     safe_divisor,
 )
+from pion.codecs.bitplanes import PLANE_BITS, pack, unpack
 from pion.codecs.mlx4g32 import nibble_table
 from pion.common.errors import CodecError
 
@@ -126,6 +129,8 @@ class KiviCodec:
         code_bytes = kv_dim * self.bits // 8
         if self.bits == 4:
             np.bitwise_or(codes[:, 0::2], codes[:, 1::2] << 4, out=out[:, :code_bytes])
+        elif self.bits in PLANE_BITS:
+            out[:, :code_bytes] = pack(codes, self.bits)
         else:
             out[:, :code_bytes] = codes
         out[:, code_bytes:].view("<f2")[:] = params
@@ -246,6 +251,8 @@ class KiviCodec:
         if self.bits == 4:
             pairs: np.ndarray = nibble_table()[packed]
             return pairs.view(np.float32).reshape(n, kv_dim)
+        if self.bits in PLANE_BITS:
+            return unpack(packed, kv_dim, self.bits)
         return packed.astype(np.float32)
 
 
@@ -265,6 +272,42 @@ class Kivi4G128Codec(KiviCodec):
     """4-bit K per channel over 128-token groups: 27% of fp16's bytes."""
 
     name, bits, token_group = "kivi4g128", 4, 128
+
+
+class Kivi5G32Codec(KiviCodec):
+    """5-bit K per channel over 32-token groups: 37.5% of fp16's bytes."""
+
+    name, bits, token_group = "kivi5g32", 5, 32
+
+
+class Kivi5G64Codec(KiviCodec):
+    """5-bit K per channel over 64-token groups: 34.4% of fp16's bytes."""
+
+    name, bits, token_group = "kivi5g64", 5, 64
+
+
+class Kivi5G128Codec(KiviCodec):
+    """5-bit K per channel over 128-token groups: 32.8% of fp16's bytes."""
+
+    name, bits, token_group = "kivi5g128", 5, 128
+
+
+class Kivi6G32Codec(KiviCodec):
+    """6-bit K per channel over 32-token groups: 43.8% of fp16's bytes."""
+
+    name, bits, token_group = "kivi6g32", 6, 32
+
+
+class Kivi6G64Codec(KiviCodec):
+    """6-bit K per channel over 64-token groups: 40.6% of fp16's bytes."""
+
+    name, bits, token_group = "kivi6g64", 6, 64
+
+
+class Kivi6G128Codec(KiviCodec):
+    """6-bit K per channel over 128-token groups: 39.1% of fp16's bytes."""
+
+    name, bits, token_group = "kivi6g128", 6, 128
 
 
 class Kivi8G32Codec(KiviCodec):

@@ -50,10 +50,14 @@ register_codec("turbo2", "pion.codecs.turbo", "Turbo2Codec")
 register_codec("mlx4g32", "pion.codecs.mlx4g32", "Mlx4Group32Codec")
 # Issue 20: K per channel over token groups (the KIVI pair's K half; its V half is mlx4g32)
 # and per-head int8/fp8 scales.
-for _bits in (4, 8):
+for _bits in (4, 8, 5, 6):  # 5 and 6: issue 20's <= 40% formats
     for _group in (32, 64, 128):
         register_codec(f"kivi{_bits}g{_group}", "pion.codecs.kivi", f"Kivi{_bits}G{_group}Codec")
 register_codec("int8h64", "pion.codecs.per_head", "Int8H64Codec")
 register_codec("int8h128", "pion.codecs.per_head", "Int8H128Codec")
 register_codec("fp8h64", "pion.codecs.per_head", "Fp8H64Codec")
 register_codec("fp8h128", "pion.codecs.per_head", "Fp8H128Codec")
+register_codec("int6h64", "pion.codecs.per_head_narrow", "Int6H64Codec")
+register_codec("int6h128", "pion.codecs.per_head_narrow", "Int6H128Codec")
+register_codec("int5h64", "pion.codecs.per_head_narrow", "Int5H64Codec")
+register_codec("int5h128", "pion.codecs.per_head_narrow", "Int5H128Codec")
