@@ -25,7 +25,8 @@ N_LAYERS, N_TOKENS, KV_DIM = 30, 2048, 192
 LayerCall = Callable[[int], object]
 FORMATS = ["fp32", "fp16", "fp8", "int8", "turbo4", "turbo3", "turbo2", "mlx4g32",
            # issue 20 (the *h128 formats need kv_dim % 128 == 0, so not at SmolLM2's 192)
-           "int8h64", "fp8h64", "kivi4g32", "kivi4g64", "kivi4g128", "kivi8g32", "kivi8g64", "kivi8g128"]
+           "int8h64", "fp8h64", "kivi4g32", "kivi4g64", "kivi4g128", "kivi8g32", "kivi8g64", "kivi8g128",
+           "kivi5g32", "kivi5g64", "kivi5g128", "kivi6g32", "kivi6g64", "kivi6g128", "int6h64", "int5h64"]
 
 
 def measure(repeats: int, formats: list[str]) -> list[tuple[str, float, float]]:
