@@ -21,11 +21,13 @@ reference completion gives every step's logits); only from the first differing s
 decoded token by token. The server is flushed between configurations.
 
     .venv/bin/python benchmarks/output_fidelity.py [--port P] [--queries 20] [--tokens 50] [--only NAME ...]
+        [--layer-mix benchmarks/data/layer_mix_smollm2.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -153,6 +155,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=50)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", nargs="*", help="run only the configurations with these labels")
+    parser.add_argument("--layer-mix", type=Path, action="append", default=[],
+                        help="also run a per-layer mix written by layer_sensitivity.py (JSON: label, k, v)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = load_model(device="cpu")
@@ -162,6 +166,9 @@ def main() -> None:
     queries = [(encode_prompt(tok, chat_system(f"{role} {POLICY}")), encode_prompt(tok, chat_user(q)))
                for role in ROLES for q in QUESTIONS[:per_prompt]][:args.queries]
     configs, skipped = configurations(shape)
+    for path in args.layer_mix:  # per-layer mixes chosen on the dev split (benchmarks/layer_sensitivity.py)
+        mix = json.loads(path.read_text())
+        configs.append((mix["label"], LayerFormats(tuple(mix["k"]), tuple(mix["v"]), schema=True)))
     if args.only:  # in the order given (the most wanted first, on a busy machine)
         by_label = dict(configs)
         unknown = [label for label in args.only if label not in by_label]
