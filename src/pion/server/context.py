@@ -20,6 +20,13 @@ parts, each typed, in the order they are built:
 
 A command family reads what it needs from these (``ctx.server.stores.keyspace``...);
 nothing is created on first use, and nothing is looked up by name.
+
+This module is compiled with mypyc (``pion/_compiled.py``), so ``ctx.client``,
+``ctx.server.stores`` and the ``ClientState`` fields are native attribute reads in the
+compiled handlers. The field types that are imported only under ``TYPE_CHECKING`` (they
+would be circular imports) are written as strings: a compiled dataclass fills its
+``__annotations__`` when the module is imported, and a bare name that exists only for the
+type checker is a ``KeyError`` then; a string annotation is stored as it is (issue 13).
 """
 
 from __future__ import annotations
@@ -73,15 +80,15 @@ class ClientState:
 class ServerState:
     """Everything shared by all connections of one worker (see the module docstring)."""
 
-    config: ServerConfig
+    config: "ServerConfig"
     started_at: float
-    stores: Stores
-    receipt: Receipt
-    embedder: MiniLMEmbedder
-    persist: Persistence
-    table: CommandTable
-    dispatcher: Dispatcher
-    network: PionServer = field(init=False)  # set by build_state: it needs the state itself
+    stores: "Stores"
+    receipt: "Receipt"
+    embedder: "MiniLMEmbedder"
+    persist: "Persistence"
+    table: "CommandTable"
+    dispatcher: "Dispatcher"
+    network: "PionServer" = field(init=False)  # set by build_state: it needs the state itself
     binary_lane: BinaryLane | None = None  # opened with the listener (main.serve)
     expiry_task: asyncio.Task[None] | None = None  # the keyspace's active expiry, once started
     tenants: TenantRegistry | None = None  # --tenant / --ns-prefix users (server/tenants.py)

@@ -45,7 +45,7 @@ import operator
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import crc32c
 
@@ -173,12 +173,12 @@ def _field_name(name: str) -> bytes:
 
 
 _crc32c = crc32c.crc32c
-_TAG_I64 = struct.Struct("<cq")
+_TAG_I64: Final = struct.Struct("<cq")
 _TAG_U64 = struct.Struct("<cQ")
 
 
-_COUNTS = [_U16.pack(n) for n in range(16)]  # the u16 field count of every keyspace record
-_BYTES_TAGS = [b"b" + _U64.pack(n) for n in range(1024)]  # tag + length of a short bytes value
+_COUNTS: Final = [_U16.pack(n) for n in range(16)]  # the u16 field count of every keyspace record
+_BYTES_TAGS: Final = [b"b" + _U64.pack(n) for n in range(1024)]  # tag + length of a short bytes value
 
 
 def _encode_into(fields: Mapping[str, Any], parts: list[Any]) -> bytearray:
@@ -274,7 +274,7 @@ def frame_payload(rtype: RecordType, seq: int, payload: bytes) -> list[Any]:
     return _frame_payload(rtype, seq, [payload])
 
 
-_SET_NAMES = (_field_name("key"), _field_name("value"), _field_name("expire_at_ms"))
+_SET_NAMES: Final = (_field_name("key"), _field_name("value"), _field_name("expire_at_ms"))
 
 
 def set_payload(key: bytes, value: bytes, expire_at_ms: int | None) -> bytes | None:
