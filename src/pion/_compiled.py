@@ -44,6 +44,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "pion.server.commands.admin",
     "pion.server.commands.keyspace",
     "pion.server.commands.vstore",
+    "pion.server.store.batch_clock",
     "pion.server.store.keyspace",
     "pion.server.store.vstore",
     "pion.server.persist.records",

@@ -61,6 +61,7 @@ from pion.server.resp.framing import (
     encode_words,
 )
 from pion.server.resp.hiredis_limits import cap_array_elements, capping_supported
+from pion.server.store.batch_clock import CLOCK as _CLOCK
 from pion.server.tls import tls_only
 
 log = logging.getLogger("pion.server.net")
@@ -265,9 +266,20 @@ class Connection(asyncio.Protocol):
 
     # ---- request processing ------------------------------------------------------------
     def _process(self) -> None:
-        """Run every complete request in the parser's buffer, in order, until blocked."""
+        """Run every complete request in the parser's buffer, in order, until blocked.
+
+        The requests run as one batch of the TTL clock (``store/batch_clock.py``): the first
+        TTL check reads the clock, the others reuse that millisecond (Redis's cached mstime).
+        """
         if self.busy or self.write_paused or self.closing:
             return
+        _CLOCK.begin()
+        try:
+            self._run_batch()
+        finally:
+            _CLOCK.end()
+
+    def _run_batch(self) -> None:
         reader = self.reader
         # Bound once per batch: hiredis's Reader is a Python object to compiled code, so each
         # ``reader.gets()`` would look the method up on its type again (2 per request).

@@ -15,7 +15,7 @@ The record schema is documented once, in ``store/records.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pion.codecs.base import token_group
 from pion.common.ids import K_SUFFIX, V_SUFFIX
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pion.server.persist.manager import Persistence
     from pion.server.store.stores import Stores
 
+_SET: Final = RecordType.SET  # a static in compiled code (an enum member lookup otherwise)
 SNAPSHOT_CHUNK_BYTES = 64 * 1024**2  # a layer up to this size reloads into an exact-fit buffer
 
 
@@ -52,9 +53,9 @@ class WalJournal:
         no allocation per plain SET (``store/journal.py``, ``SetLogger``)."""
         payload = set_payload(key, value, expire_at_ms)
         if payload is None:
-            self._append(RecordType.SET, {"key": key, "value": value, "expire_at_ms": expire_at_ms})
+            self._append(_SET, {"key": key, "value": value, "expire_at_ms": expire_at_ms})
         else:
-            self._append(RecordType.SET, payload)
+            self._append(_SET, payload)
 
 
 def make_sink(stores: Stores) -> Callable[[int, dict[str, Any]], None]:

@@ -36,6 +36,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 
+from pion.server.store.batch_clock import now_ms as now_ms  # (re-exported: commands use it)
 from pion.server.store.glob import compile_glob
 from pion.server.store.journal import Journal, NullJournal, SetLogger
 from pion.server.store.key_tracking import KeyTracker
@@ -52,10 +53,6 @@ HashWatcher = Callable[[bytes, "Hash | None"], None]
 
 class WrongTypeError(Exception):
     """The key holds another kind of value (the command family turns it into -WRONGTYPE)."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def value_bytes(value: Value) -> int:
