@@ -41,7 +41,9 @@ class WalJournal:
     durable = True
 
     def __init__(self, persist: Persistence) -> None:
+        self._persist = persist
         self._append = persist.append
+        self._wal_max_bytes = persist.options.wal_max_bytes  # (options never change)
 
     def append(self, record: Record) -> None:
         payload = record.small_payload()  # a pre-encoded payload on the hot path (SET), else None
@@ -52,10 +54,17 @@ class WalJournal:
         type and payload bytes (``set_payload``, else the same field map), one call less and
         no allocation per plain SET (``store/journal.py``, ``SetLogger``)."""
         payload = set_payload(key, value, expire_at_ms)
-        if payload is None:
-            self._append(_SET, {"key": key, "value": value, "expire_at_ms": expire_at_ms})
-        else:
-            self._append(_SET, payload)
+        fields: Mapping[str, Any] | bytes = payload if payload is not None else {
+            "key": key, "value": value, "expire_at_ms": expire_at_ms}
+        wal = self._persist.wal
+        if wal is None:
+            self._append(_SET, fields)  # not recovered yet: Persistence.append raises
+            return
+        # What Persistence.append does, with the WAL writer called directly (a native call
+        # when compiled, instead of a Python-level method in between, once per SET).
+        wal.append(_SET, fields)
+        if wal.wal_bytes > self._wal_max_bytes:
+            self._persist.wal_grew()
 
 
 def make_sink(stores: Stores) -> Callable[[int, dict[str, Any]], None]:
