@@ -49,15 +49,15 @@ from typing import Any, Final
 
 import crc32c
 
-MAGIC = b"PREC"
-FORMAT_VERSION = 1
+MAGIC: Final = b"PREC"
+FORMAT_VERSION: Final = 1
 HEADER = struct.Struct("<4sBBHIQI")
 HEADER_SIZE = HEADER.size  # 24
 TRAILER_SIZE = 4
-_HEADER_NO_CRC = struct.Struct("<4sBBHIQ")
+_HEADER_NO_CRC: Final = struct.Struct("<4sBBHIQ")
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
-_U32 = struct.Struct("<I")
+_U32: Final = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
@@ -172,7 +172,7 @@ def _field_name(name: str) -> bytes:
     return raw
 
 
-_crc32c = crc32c.crc32c
+_crc32c: Final = crc32c.crc32c
 _TAG_I64: Final = struct.Struct("<cq")
 _TAG_U64 = struct.Struct("<cQ")
 
