@@ -33,10 +33,10 @@ from pathlib import Path
 from types import ModuleType
 
 # The per-request path (issue 13): network protocol, dispatcher, RESP encoder and framer,
-# keyspace and V-store commands and stores, the typed records and WAL framing they log.
-# (server/context.py cannot join as it is: its dataclasses name types imported only under
-# TYPE_CHECKING, and a compiled dataclass resolves them at import — KeyError; docs/compiled.md.)
+# keyspace and V-store commands and stores, the typed records and WAL framing they log,
+# and the command context every handler reads (``ctx.client``, ``ctx.server.stores``).
 COMPILED_MODULES: tuple[str, ...] = (
+    "pion.server.context",
     "pion.server.net",
     "pion.server.dispatcher",
     "pion.server.resp.encoder",
@@ -44,6 +44,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "pion.server.commands.admin",
     "pion.server.commands.keyspace",
     "pion.server.commands.vstore",
+    "pion.server.store.batch_clock",
     "pion.server.store.keyspace",
     "pion.server.store.vstore",
     "pion.server.persist.records",

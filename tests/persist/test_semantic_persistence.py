@@ -222,28 +222,30 @@ def test_snapshot_records_rebuild_an_equal_store_without_the_model() -> None:
     assert copy.put("c", "s", "q3", b"r3", _vec(3)) == b + 1
 
 
-def test_only_the_write_subcommands_of_ai_semantic_cache_are_tracked_as_writes() -> None:
+def test_only_the_write_subcommands_of_ai_semantic_cache_are_tracked_as_writes(tmp_path: Path) -> None:
     import asyncio
-    from types import SimpleNamespace
 
     from pion.server.commands.semantic import COMMANDS
+    from pion.server.config import load_config
+    from pion.server.context import ClientState, CommandContext
     from pion.server.dispatcher import Dispatcher
-    from pion.server.receipt import Receipt
+    from pion.server.state import build_state
 
     spec = next(s for s in COMMANDS if s.name == "AI.SEMANTIC_CACHE")
     assert spec.write_subcommands == frozenset({"SET", "DEL", "FLUSH"})
     dispatcher = Dispatcher({spec.name: spec}, None, -1)
     dispatcher.track_writes = True
-    client = SimpleNamespace(protocol=2, authenticated=True, last_command="", write_marks=[], tenant=None, db=0)
-    ctx = SimpleNamespace(client=client, server=SimpleNamespace(
-        stores=SimpleNamespace(semantic=SemanticCacheStore()), receipt=Receipt(1000)))
+    # A real state and client: the compiled dispatcher checks that ctx is a CommandContext
+    # (server/context.py is compiled, issue 13), so a SimpleNamespace stand-in is refused.
+    client = ClientState(client_id=1, authenticated=True)
+    ctx = CommandContext(server=build_state(load_config(["--dir", str(tmp_path)], env={})), client=client)
     vec = _blob(_vec(1))
     writes = []
     for verb, args in ((b"set", [b"c", b"s", b"t", b"r", b"VECTOR", vec]), (b"GET", [b"c", b"s", b"t", b"VECTOR", vec]),
                        (b"INFO", [b"c"]), (b"DEL", [b"c", b"1"]), (b"FLUSH", [b"c"])):
         out: list[bytes] = []
         before = len(client.write_marks)
-        pending = dispatcher.execute(ctx, [b"AI.SEMANTIC_CACHE", verb, *args], out)  # type: ignore[arg-type]
+        pending = dispatcher.execute(ctx, [b"AI.SEMANTIC_CACHE", verb, *args], out)
         assert pending is not None
         asyncio.run(pending)
         assert not out[0].startswith(b"-"), out

@@ -20,6 +20,11 @@ parts, each typed, in the order they are built:
 
 A command family reads what it needs from these (``ctx.server.stores.keyspace``...);
 nothing is created on first use, and nothing is looked up by name.
+
+This module is compiled with mypyc (``pion/_compiled.py``), so ``ctx.client``,
+``ctx.server.stores`` and the ``ClientState`` fields are native attribute reads in the
+compiled handlers. ``ServerState`` is a plain class for
+that reason (its docstring says why).
 """
 
 from __future__ import annotations
@@ -69,9 +74,14 @@ class ClientState:
     tenant: Tenant | None = None
 
 
-@dataclass
 class ServerState:
-    """Everything shared by all connections of one worker (see the module docstring)."""
+    """Everything shared by all connections of one worker (see the module docstring).
+
+    A plain class, not a dataclass: a compiled (mypyc) dataclass builds ``__annotations__``
+    from its field types when the module is imported, and most of these types can only be
+    imported under ``TYPE_CHECKING`` here (circular imports) — ``KeyError`` at start-up. With
+    an explicit ``__init__`` the fields are typed native attributes all the same.
+    """
 
     config: ServerConfig
     started_at: float
@@ -81,15 +91,42 @@ class ServerState:
     persist: Persistence
     table: CommandTable
     dispatcher: Dispatcher
-    network: PionServer = field(init=False)  # set by build_state: it needs the state itself
-    binary_lane: BinaryLane | None = None  # opened with the listener (main.serve)
-    expiry_task: asyncio.Task[None] | None = None  # the keyspace's active expiry, once started
-    tenants: TenantRegistry | None = None  # --tenant / --ns-prefix users (server/tenants.py)
-    admission: Admission | None = None  # --admission policy and ghost list (server/admission.py)
-    worker: WorkerRuntime | None = None  # -w N only (workers/runtime.py)
-    cold_tier: ColdBridge | None = None  # --cold-tier: the shared cold tier (server/coldtier/)
-    tls: ssl.SSLContext | None = None  # TLS listeners' context (tls.py), set by build_state
-    metrics: MetricsEndpoint | None = None  # --metrics-port's HTTP listener (metrics.py), opened by main.serve
+    network: PionServer  # set by build_state: it needs the state itself
+    binary_lane: BinaryLane | None  # opened with the listener (main.serve)
+    expiry_task: asyncio.Task[None] | None  # the keyspace's active expiry, once started
+    tenants: TenantRegistry | None  # --tenant / --ns-prefix users (server/tenants.py)
+    admission: Admission | None  # --admission policy and ghost list (server/admission.py)
+    worker: WorkerRuntime | None  # -w N only (workers/runtime.py)
+    cold_tier: ColdBridge | None  # --cold-tier: the shared cold tier (server/coldtier/)
+    tls: ssl.SSLContext | None  # TLS listeners' context (tls.py), set by build_state
+    metrics: MetricsEndpoint | None  # --metrics-port's HTTP listener (metrics.py), opened by main.serve
+
+    def __init__(self, config: ServerConfig, started_at: float, stores: Stores, receipt: Receipt,
+                 embedder: MiniLMEmbedder, persist: Persistence, table: CommandTable,
+                 dispatcher: Dispatcher, binary_lane: BinaryLane | None = None,
+                 expiry_task: asyncio.Task[None] | None = None,
+                 tenants: TenantRegistry | None = None, admission: Admission | None = None,
+                 worker: WorkerRuntime | None = None, cold_tier: ColdBridge | None = None,
+                 tls: ssl.SSLContext | None = None, metrics: MetricsEndpoint | None = None) -> None:
+        self.config = config
+        self.started_at = started_at
+        self.stores = stores
+        self.receipt = receipt
+        self.embedder = embedder
+        self.persist = persist
+        self.table = table
+        self.dispatcher = dispatcher
+        self.binary_lane = binary_lane
+        self.expiry_task = expiry_task
+        self.tenants = tenants
+        self.admission = admission
+        self.worker = worker
+        self.cold_tier = cold_tier
+        self.tls = tls
+        self.metrics = metrics
+
+    def __repr__(self) -> str:
+        return f"ServerState(config={self.config!r}, started_at={self.started_at!r})"
 
 
 @dataclass

@@ -19,7 +19,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pion.common.errors import CommandError, clip_for_echo
 from pion.server.commands.spec import CommandSpec, Handler
@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pion.server.dispatcher")
 
-_NOAUTH = b"-NOAUTH Authentication required.\r\n"
-_perf_counter = time.perf_counter
+_OK: Final = OK  # a static in compiled code, not a module-dict lookup per command
+_NOAUTH: Final = b"-NOAUTH Authentication required.\r\n"
+_perf_counter: Final = time.perf_counter
 _ERR_INTERNAL = "internal error while running '{}' (see the server log)"
 
 
@@ -165,7 +166,7 @@ class Dispatcher:
             # Inline the commonest replies (small bulk, +OK) to save the encoder call.
             if type(result) is bytes and len(result) < 1024:
                 out.append(BULK_HEADS[len(result)] + result + b"\r\n")
-            elif result is OK:
+            elif result is _OK:
                 out.append(OK_BYTES)
             else:
                 encode_reply(result, client.protocol == 3, out)

@@ -45,7 +45,7 @@ import socket
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import hiredis
 
@@ -61,16 +61,17 @@ from pion.server.resp.framing import (
     encode_words,
 )
 from pion.server.resp.hiredis_limits import cap_array_elements, capping_supported
+from pion.server.store.batch_clock import CLOCK as _CLOCK
 from pion.server.tls import tls_only
 
 log = logging.getLogger("pion.server.net")
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop processing a client's requests above this
 WRITE_LOW_WATER = 1024 * 1024
-FLUSH_EVERY = 64  # reply chunks buffered before an intermediate write
-JOIN_MAX_BYTES = 16 * 1024  # a batch of replies up to this size is joined into one write
-_perf_counter = time.perf_counter
-RECV_SLACK = 1024 * 1024  # bytes of a frame fed before its start was noticed (one read chunk)
+FLUSH_EVERY: Final = 64  # reply chunks buffered before an intermediate write
+JOIN_MAX_BYTES: Final = 16 * 1024  # a batch of replies up to this size is joined into one write
+_perf_counter: Final = time.perf_counter
+RECV_SLACK: Final = 1024 * 1024  # bytes of a frame fed before its start was noticed (one read chunk)
 UNAUTH_OUTPUT_LIMIT = 64 * 1024  # unsent replies a client that has not authenticated may hold
 # hiredis capped at HOLD_ARRAYS_OVER elements (it raises; the framer takes over) — or, on a
 # build where that cannot be verified, each fast-path read is scanned for large headers.
@@ -265,17 +266,27 @@ class Connection(asyncio.Protocol):
 
     # ---- request processing ------------------------------------------------------------
     def _process(self) -> None:
-        """Run every complete request in the parser's buffer, in order, until blocked."""
+        """Run every complete request in the parser's buffer, in order, until blocked.
+
+        The requests run as one batch of the TTL clock (``store/batch_clock.py``): the first
+        TTL check reads the clock, the others reuse that millisecond (Redis's cached mstime).
+        """
         if self.busy or self.write_paused or self.closing:
             return
+        _CLOCK.begin()
+        try:
+            self._run_batch()
+        finally:
+            _CLOCK.end()
+
+    def _run_batch(self) -> None:
         reader = self.reader
         # Bound once per batch: hiredis's Reader is a Python object to compiled code, so each
         # ``reader.gets()`` would look the method up on its type again (2 per request).
         gets = reader.gets
         has_data = reader.has_data
         out = self.out
-        dispatcher = self.dispatcher
-        execute = dispatcher.execute
+        dispatcher = self.dispatcher  # (its methods: native calls when compiled, not bound ones)
         ctx = self.ctx
         client = self.client
         slow_s = self.dispatcher.slow_s
@@ -314,7 +325,7 @@ class Connection(asyncio.Protocol):
                 return
             if fed:  # only a batch's first frame follows a feed: one attribute write per batch
                 fed = self.fed_since_frame = 0
-            pending = execute(ctx, request, out)
+            pending = dispatcher.execute(ctx, request, out)
             if pending is not None:
                 self._start_async(pending)
                 return

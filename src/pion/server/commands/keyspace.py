@@ -73,10 +73,11 @@ def cmd_keyspace_get(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
-    ks = ctx.server.stores.dbs[ctx.client.db]
+    stores = ctx.server.stores
+    ks = stores.dbs[ctx.client.db]
     key, value = args[0], args[1]
     if len(args) == 2:  # the hot path: plain SET
-        if ctx.server.stores.vstore.max_bytes:
+        if stores.vstore.max_bytes:
             _make_room(ctx, _growth(ks, key, value))
         ks.set(key, value)
         return OK

@@ -113,6 +113,13 @@ class Persistence:
             self._maybe_autosave()
         return seq
 
+    def wal_grew(self) -> None:
+        """A record was appended to ``wal`` directly (the WAL journal's plain-SET path,
+        ``binding.WalJournal.log_set``) and the WAL is now over ``wal_max_bytes``: start the
+        background snapshot ``append`` would have started."""
+        if self.wal_bytes > self.options.wal_max_bytes:
+            self._maybe_autosave()
+
     def enable_batching(self) -> None:
         """Buffer small records per event-loop batch; the server then calls ``flush_batch``
         before each batch of replies (see ``wal.py``, batched mode)."""

@@ -45,19 +45,19 @@ import operator
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import crc32c
 
-MAGIC = b"PREC"
-FORMAT_VERSION = 1
+MAGIC: Final = b"PREC"
+FORMAT_VERSION: Final = 1
 HEADER = struct.Struct("<4sBBHIQI")
 HEADER_SIZE = HEADER.size  # 24
 TRAILER_SIZE = 4
-_HEADER_NO_CRC = struct.Struct("<4sBBHIQ")
+_HEADER_NO_CRC: Final = struct.Struct("<4sBBHIQ")
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
-_U32 = struct.Struct("<I")
+_U32: Final = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
@@ -172,13 +172,13 @@ def _field_name(name: str) -> bytes:
     return raw
 
 
-_crc32c = crc32c.crc32c
-_TAG_I64 = struct.Struct("<cq")
+_crc32c: Final = crc32c.crc32c
+_TAG_I64: Final = struct.Struct("<cq")
 _TAG_U64 = struct.Struct("<cQ")
 
 
-_COUNTS = [_U16.pack(n) for n in range(16)]  # the u16 field count of every keyspace record
-_BYTES_TAGS = [b"b" + _U64.pack(n) for n in range(1024)]  # tag + length of a short bytes value
+_COUNTS: Final = [_U16.pack(n) for n in range(16)]  # the u16 field count of every keyspace record
+_BYTES_TAGS: Final = [b"b" + _U64.pack(n) for n in range(1024)]  # tag + length of a short bytes value
 
 
 def _encode_into(fields: Mapping[str, Any], parts: list[Any]) -> bytearray:
@@ -274,7 +274,7 @@ def frame_payload(rtype: RecordType, seq: int, payload: bytes) -> list[Any]:
     return _frame_payload(rtype, seq, [payload])
 
 
-_SET_NAMES = (_field_name("key"), _field_name("value"), _field_name("expire_at_ms"))
+_SET_NAMES: Final = (_field_name("key"), _field_name("value"), _field_name("expire_at_ms"))
 
 
 def set_payload(key: bytes, value: bytes, expire_at_ms: int | None) -> bytes | None:

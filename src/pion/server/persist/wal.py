@@ -55,7 +55,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pion.common.errors import CommandError
 from pion.server.errors import wal_misconf
@@ -64,8 +64,8 @@ from pion.server.persist.records import RecordType, append_small, frame, frame_p
 
 FsyncPolicy = Literal["always", "everysec", "no"]
 FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
-BATCH_MAX_RECORD = 16 * 1024  # payloads up to this size, without a >= 4 KB blob, are buffered
-BATCH_MAX_BYTES = 1024 * 1024  # a buffer past this is written at once (still before any reply)
+BATCH_MAX_RECORD: Final = 16 * 1024  # payloads up to this size, without a >= 4 KB blob, are buffered
+BATCH_MAX_BYTES: Final = 1024 * 1024  # a buffer past this is written at once (still before any reply)
 # Upper bounds (seconds) of the fsync latency histogram (pion_wal_fsync_duration_seconds).
 FSYNC_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 log = logging.getLogger("pion.persist")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Final
 
 from pion.server.resp.replies import (
     OK, EncodeError, ErrorReply, NullArray, RawReply, SimpleString, Verbatim,
@@ -27,12 +27,12 @@ from pion.server.resp.replies import (
 CRLF = b"\r\n"
 LARGE_PAYLOAD = 16 * 1024  # payloads at least this big are queued as their own chunk
 
-OK_BYTES = b"+OK\r\n"
+OK_BYTES: Final = b"+OK\r\n"
 _NULL2 = b"$-1\r\n"
 _NULL3 = b"_\r\n"
 _NULL_ARRAY2 = b"*-1\r\n"
 _INTS = [b":%d\r\n" % i for i in range(-1, 1025)]
-BULK_HEADS = [b"$%d\r\n" % n for n in range(1024)]
+BULK_HEADS: Final = [b"$%d\r\n" % n for n in range(1024)]
 _SIMPLE: dict[str, bytes] = {}  # rendered simple strings (+OK, +PONG, +HIT, ...)
 
 

@@ -39,22 +39,30 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Final
 
-from pion.server.resp.inline import MAX_INLINE_BYTES, InlineError, split_inline
+from pion.server.resp.inline import MAX_INLINE_BYTES as _MAX_INLINE_BYTES, InlineError, split_inline
 
-MAX_MULTIBULK_LEN = 1024 * 1024
-MAX_UNAUTH_MULTIBULK_LEN = 10
-MAX_UNAUTH_BULK_LEN = 16 * 1024
-HOLD_ARRAYS_OVER = 1024  # Redis 7 also stops pre-allocating argv beyond 1024 arguments
+MAX_INLINE_BYTES: Final = _MAX_INLINE_BYTES  # (a static here: read per line)
+
+MAX_MULTIBULK_LEN: Final = 1024 * 1024
+MAX_UNAUTH_MULTIBULK_LEN: Final = 10
+MAX_UNAUTH_BULK_LEN: Final = 16 * 1024
+HOLD_ARRAYS_OVER: Final = 1024  # Redis 7 also stops pre-allocating argv beyond 1024 arguments
 
 # Where hiredis cannot be capped (another build, see hiredis_limits): a read that may hold an
 # array header the fast path must not hand to hiredis, ``*`` then four digits or a minus.
 LARGE_ARRAY_HEADER = re.compile(rb"\*(?:\d{4}|-)")
 
 MAX_BULK_SCAN = 2**63 - 1  # a probe that only locates frames applies no size limit
-_INTEGER = re.compile(rb"-?[1-9][0-9]{0,18}|0")  # Redis's string2ll: no sign, spaces, zeros
+_INTEGER: Final = re.compile(rb"-?[1-9][0-9]{0,18}|0")  # Redis's string2ll: no sign, spaces, zeros
 
-_START, _ARRAY_LINE, _BULK_LINE, _BULK_BODY, _INLINE = range(5)
+# The framer's states (Final: inlined constants in compiled code, not module-dict lookups).
+_START: Final = 0
+_ARRAY_LINE: Final = 1
+_BULK_LINE: Final = 2
+_BULK_BODY: Final = 3
+_INLINE: Final = 4
 
 
 @dataclass

@@ -11,6 +11,7 @@ replayed. The persistence layer supplies the real journal (``persist/binding.Wal
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -41,3 +42,14 @@ class NullJournal:
 
     def append(self, record: Record) -> None:
         return None
+
+    def log_set(self, key: bytes, value: bytes, expire_at_ms: int | None) -> None:
+        """A plain SET of database 0 (``SetLogger``): nothing to log, no record to build."""
+        return None
+
+
+# A journal may also offer ``log_set(key, value, expire_at_ms)``: the ``KeySet`` record of
+# database 0 logged without building the record object (the hot path of a pipelined SET).
+# It must log exactly what ``append(KeySet(key, value, expire_at_ms))`` would; a journal
+# without it (the tests' recording journals) gets the record.
+SetLogger = Callable[[bytes, bytes, int | None], None]

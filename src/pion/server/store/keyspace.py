@@ -36,8 +36,9 @@ import random
 import time
 from collections.abc import Callable, Iterator
 
+from pion.server.store.batch_clock import now_ms as now_ms  # (re-exported: commands use it)
 from pion.server.store.glob import compile_glob
-from pion.server.store.journal import Journal, NullJournal
+from pion.server.store.journal import Journal, NullJournal, SetLogger
 from pion.server.store.key_tracking import KeyTracker
 from pion.server.store.records import (KeyExpire, KeyHDel, KeyHSet, KeyRename, KeysDel, KeySet, KeysFlush,
                                        Record)
@@ -52,10 +53,6 @@ HashWatcher = Callable[[bytes, "Hash | None"], None]
 
 class WrongTypeError(Exception):
     """The key holds another kind of value (the command family turns it into -WRONGTYPE)."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def value_bytes(value: Value) -> int:
@@ -74,8 +71,10 @@ class Keyspace:
     """Binary keys to binary values with optional millisecond expiry."""
 
     def __init__(self, journal: Journal | None = None, db: int = 0) -> None:
-        self.journal: Journal = journal if journal is not None else NullJournal()
         self.db = db
+        self._journal: Journal = NullJournal()
+        self._log_set: SetLogger | None = None
+        self.journal = journal if journal is not None else NullJournal()
         self.tracker: KeyTracker | None = None
         self._data: dict[bytes, Value] = {}
         self._expires: dict[bytes, int] = {}
@@ -85,6 +84,19 @@ class Keyspace:
         self.expired_keys = 0
         self.watchers: list[HashWatcher] = []
         self.flush_hooks: list[Callable[[], None]] = []
+
+    @property
+    def journal(self) -> Journal:
+        """Where mutations are logged before they are applied (``store/journal.py``)."""
+        return self._journal
+
+    @journal.setter
+    def journal(self, journal: Journal) -> None:
+        self._journal = journal
+        # A plain SET of database 0 goes through the journal's record-free ``log_set`` when it
+        # has one (the WAL's and NullJournal's: same bytes, no KeySet object per SET).
+        log_set = getattr(journal, "log_set", None)
+        self._log_set = log_set if not self.db else None
 
     # ---- reads ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -197,7 +209,11 @@ class Keyspace:
         """Store ``value``; the TTL becomes ``expire_at_ms`` (or stays, with ``keep_ttl``)."""
         if keep_ttl:
             expire_at_ms = self._expires.get(key) if key in self._data else None
-        self._log(KeySet(key, value, expire_at_ms))
+        log_set = self._log_set
+        if log_set is not None:
+            log_set(key, value, expire_at_ms)
+        else:
+            self._log(KeySet(key, value, expire_at_ms))
         old = self._data.get(key)
         if old is None:
             self._seq[key] = self._next_seq
@@ -367,7 +383,7 @@ class Keyspace:
         self.tracker = tracker
 
     def _log(self, record: Record) -> None:
-        self.journal.append(record if not self.db else record.in_db(self.db))
+        self._journal.append(record if not self.db else record.in_db(self.db))
 
     # ---- expiry --------------------------------------------------------------------------
     def active_expire_cycle(self, budget_s: float = 0.001, sample: int = 20) -> int:
