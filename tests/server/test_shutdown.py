@@ -75,7 +75,6 @@ def test_cli_flag_wins_over_env_which_wins_over_default() -> None:
 
 
 @pytest.mark.parametrize(("argv", "env", "fragment"), [
-    (["-w", "2", "--tenant", "a:pw:a|"], {}, "--tenant/--ns-prefix cannot be combined with -w N > 1"),
     (["--maxmemory", "lots"], {}, "--maxmemory: cannot parse size 'lots'"),
     (["--port", "70000"], {}, "--port: must be 0..65535, got 70000"),
     ([], {"PION_PORT": "x"}, "PION_PORT: expected an integer, got 'x'"),

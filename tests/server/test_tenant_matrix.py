@@ -2,6 +2,10 @@
 wrong password, tenant A on A's data, tenant A on B's data, admin} -> the expected outcome, and
 nothing changed where the call was refused.
 
+It runs twice: against the single-process server, and against ``-w 2`` through worker 1's own
+address, where the keyspace commands are forwarded to worker 0 and the listings fanned out — as
+the caller's user (workers/runtime.py ``link_auth``), so every outcome must be the same.
+
 Every command of the table must have a sample call in ``SAMPLES`` (the test fails otherwise), so
 a new command cannot skip the matrix; the expected outcome comes from the command's declared
 ``Access`` (commands/access.py) and its flags.
@@ -13,6 +17,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import hiredis
@@ -23,6 +28,7 @@ from pion.server.commands.access import ACCESS, Access
 from pion.server.commands.table import build_table
 from pion.server.resp.framing import MAX_UNAUTH_MULTIBULK_LEN
 from support.procs import ServerProcess, start_server
+from support.workers import start_workers
 
 ADMIN_PASSWORD = "adm1n"
 TENANTS = {"alice": ("pa", "a|"), "bob": ("pb", "b|")}
@@ -166,19 +172,33 @@ def expected(name: str, caller: str) -> str:
     return "ran" if caller == "A on A" else "NOPERM"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@dataclass
+class Deployment:
+    """A running server and the port every caller of the matrix (the admin too) connects to."""
+
+    proc: ServerProcess
+    port: int
+
+
+@pytest.fixture(scope="module", params=["w1", "w2 via worker 1"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tenant_args = [arg for name, (pw, prefix) in TENANTS.items() for arg in ("--tenant", f"{name}:{pw}:{prefix}")]
-    proc = start_server(tmp_path_factory.mktemp("tenants"), *tenant_args, password=ADMIN_PASSWORD)
+    data_dir = tmp_path_factory.mktemp("tenants")
+    if request.param == "w1":
+        proc = start_server(data_dir, *tenant_args, password=ADMIN_PASSWORD)
+        port = proc.port
+    else:
+        group = start_workers(data_dir, 2, *tenant_args, password=ADMIN_PASSWORD)
+        proc, port = group.server, group.ports[1]
     try:
-        yield proc
+        yield Deployment(proc, port)
     finally:
         proc.stop()
 
 
 @pytest.fixture(scope="module")
-def admin(server: ServerProcess) -> Iterator[redis.Redis]:
-    conn = server.client()
+def admin(server: Deployment) -> Iterator[redis.Redis]:
+    conn = redis.Redis(host="127.0.0.1", port=server.port, password=ADMIN_PASSWORD)
     try:
         yield conn
     finally:
@@ -245,7 +265,7 @@ def test_every_command_has_a_sample_call_and_an_access_spec() -> None:
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_command_answers_each_caller_as_its_access_spec_says(
-        name: str, server: ServerProcess, admin: redis.Redis) -> None:
+        name: str, server: Deployment, admin: redis.Redis) -> None:
     got: dict[str, str] = {}
     for caller in CALLERS:
         reset(admin)
@@ -270,7 +290,7 @@ def test_commands_declared_open_to_tenants_name_no_data_in_their_sample() -> Non
     assert named == []
 
 
-def test_command_info_reports_the_declared_key_positions(server: ServerProcess, admin: redis.Redis) -> None:
+def test_command_info_reports_the_declared_key_positions(server: Deployment, admin: redis.Redis) -> None:
     info = admin.execute_command("COMMAND", "INFO", "get", "mset", "ping", "kv.prefix.drop", "ai.semantic_cache")
     assert {name: (i["first_key_pos"], i["last_key_pos"], i["step_count"]) for name, i in info.items()} == {
         "get": (1, 1, 1), "mset": (1, -1, 2), "ping": (0, 0, 0), "kv.prefix.drop": (1, -1, 1),

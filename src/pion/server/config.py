@@ -197,9 +197,4 @@ def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None
                 version: str = "0") -> ServerConfig:
     """Build the config from argv (CLI wins) and env (``PION_*``); raises ConfigError."""
     config = ServerConfig(**load_options("pion-server", DESCRIPTION, OPTIONS, argv, env, version))
-    if config.workers > 1 and not config.independent_workers and (config.tenants or config.ns_prefix):
-        # Workers forward keyspace commands and fan out listings over admin links, which would
-        # show a tenant other tenants' names (docs/security.md, "Tenants and workers").
-        raise ConfigError("--tenant/--ns-prefix cannot be combined with -w N > 1 yet "
-                          "(use -w 1, or --independent-workers)")
     return config

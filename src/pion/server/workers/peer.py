@@ -6,6 +6,12 @@ the requests of a loop iteration into one write), and SAVE / FLUSHALL / PION.STA
 V.LIST / DROP sent to every other worker (``PeerLink``). A link names itself ``pion-worker-peer`` (CLIENT SETNAME) so the worker
 it talks to runs what it receives locally instead of forwarding or broadcasting it again.
 
+A link logs in as the user it carries requests for (``auth``: the arguments of its AUTH): the
+admin's links with ``--requirepass``, a tenant's with the tenant's own name and password. So the
+worker at the other end applies that user's access check and shows that user's listings
+(KEYS/SCAN/DBSIZE/V.LIST/PION.STATS filtered by the tenant's prefix) with no trust in the link
+beyond the credentials any client would present (docs/security.md, "Tenants and workers").
+
 ``call(words)`` sends one request and returns the raw reply bytes (``reply_scan`` finds
 where it ends); ``call_value(words)`` parses them with hiredis for the caller's own use. A
 broken connection raises ``ConnectionError`` and the next call reconnects.
@@ -29,10 +35,10 @@ READ_CHUNK = 256 * 1024
 class PeerLink:
     """A lazily opened, reconnecting RESP connection to one worker."""
 
-    def __init__(self, host: str, port: int, password: str | None, connect_timeout_s: float = 5.0) -> None:
+    def __init__(self, host: str, port: int, auth: list[bytes] | None, connect_timeout_s: float = 5.0) -> None:
         self.host = host
         self.port = port
-        self.password = password
+        self.auth = auth
         self.connect_timeout_s = connect_timeout_s
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -50,8 +56,8 @@ class PeerLink:
         self._buf.clear()
         self.protocol, self.db = 2, 0
         hello: list[bytes] = []
-        if self.password is not None:
-            hello.append(encode_words([b"AUTH", self.password.encode()]))
+        if self.auth is not None:
+            hello.append(encode_words([b"AUTH", *self.auth]))
         hello.append(encode_words([b"CLIENT", b"SETNAME", PEER_NAME]))
         await self._roundtrip(b"".join(hello), len(hello))
 
@@ -117,9 +123,9 @@ class SharedLink:
     request reconnects.
     """
 
-    def __init__(self, host: str, port: int, password: str | None, protocol: int, db: int,
+    def __init__(self, host: str, port: int, auth: list[bytes] | None, protocol: int, db: int,
                  connect_timeout_s: float = 5.0) -> None:
-        self.host, self.port, self.password = host, port, password
+        self.host, self.port, self.auth = host, port, auth
         self.protocol, self.db = protocol, db
         self.connect_timeout_s = connect_timeout_s
         self._writer: asyncio.StreamWriter | None = None
@@ -149,8 +155,8 @@ class SharedLink:
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"worker at {self.host}:{self.port} is not reachable: {exc}") from exc
         hello: list[list[bytes]] = []
-        if self.password is not None:
-            hello.append([b"AUTH", self.password.encode()])
+        if self.auth is not None:
+            hello.append([b"AUTH", *self.auth])
         hello.append([b"CLIENT", b"SETNAME", PEER_NAME])
         if self.protocol != 2:
             hello.append([b"HELLO", str(self.protocol).encode()])

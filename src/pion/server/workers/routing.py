@@ -25,6 +25,10 @@ decides, per call, whether to run locally, redirect the client or ask a sibling:
   (plain ``PION.STATS`` stays this worker's, as the original design says).
 
 Requests arriving over a sibling's link (named ``pion-worker-peer``) always run locally.
+Every forwarded or fanned-out request travels as the calling connection's user (a tenant's link
+logs in with the tenant's credentials, ``WorkerRuntime.link_auth``), so the worker that runs it
+applies the tenant's key check and shows only the tenant's own in KEYS/SCAN/DBSIZE/V.LIST/
+PION.STATS/KV.PREFIX.INFO — the same answers as under ``-w 1``.
 ``--independent-workers`` wraps only ``PION.STATS``: each worker is its own store.
 """
 
@@ -43,6 +47,7 @@ from pion.server.commands.kvprefix import HIT, MISS, parse_lookup_options
 from pion.server.commands.spec import Handler
 from pion.server.commands.store_args import option, word
 from pion.server.resp.replies import RawReply
+from pion.server.tenants import receipt_for
 from pion.server.workers.directory import KIND_ATTEND, KIND_PREFIX, KIND_SESSION, DirectoryFull
 from pion.server.workers.peer import PEER_NAME
 from pion.server.workers.runtime import WorkerRuntime
@@ -340,7 +345,7 @@ def _answer_from_directory(ctx: CommandContext, args: list[bytes]) -> Any:
     if entry is None or entry.owner == runtime.worker_id:
         return None
     tokens, prefill_ms = parse_lookup_options(args)
-    receipt = ctx.server.receipt
+    receipt = receipt_for(ctx)  # a tenant's own (it also counts into the worker's)
     if not entry.complete:
         receipt.record_prefix_lookup(False)
         return MISS
@@ -362,12 +367,43 @@ def _lookup_wrapper(command: str, handler: Handler) -> Handler:
     return routed
 
 
+def _info_fields(text: bytes) -> dict[str, int]:
+    """KV.PREFIX.INFO's ``name:value`` lines as integers (the counts a tenant's totals sum)."""
+    fields: dict[str, int] = {}
+    for line in text.decode().splitlines():
+        key, _, value = line.partition(":")
+        if value.lstrip("-").isdigit():
+            fields[key] = int(value)
+    return fields
+
+
+async def _tenant_totals(ctx: CommandContext, local: bytes) -> tuple[int, int]:
+    """A tenant's prefixes and tokens over every worker: its own KV.PREFIX.INFO on each, summed
+    (the directory's totals span every tenant, which a tenant must not see)."""
+    fields = _info_fields(local)
+    prefixes, tokens = fields["registered_prefixes"], fields["total_prefix_tokens"]
+    replies = await _runtime(ctx).broadcast([b"KV.PREFIX.INFO"], ctx.client.tenant)
+    error = _peer_error(replies)
+    if error is not None:
+        raise error
+    for reply in replies.values():
+        remote = _info_fields(reply)
+        prefixes += remote["registered_prefixes"]
+        tokens += remote["total_prefix_tokens"]
+    return prefixes, tokens
+
+
 def _info_wrapper(command: str, handler: Handler) -> Handler:
-    def routed(ctx: CommandContext, args: list[bytes]) -> Any:
+    async def routed(ctx: CommandContext, args: list[bytes]) -> Any:
         local = handler(ctx, args)
         runtime = _runtime(ctx)
         assert runtime.directory is not None and isinstance(local, bytes)
-        prefixes, tokens = runtime.directory.totals()
+        if _from_peer(ctx):
+            return local
+        if ctx.client.tenant is not None:
+            prefixes, tokens = await _tenant_totals(ctx, local)
+        else:
+            prefixes, tokens = runtime.directory.totals()
         extra = (f"worker_id:{runtime.worker_id}\r\nworkers:{runtime.n_workers}\r\n"
                  f"cluster_registered_prefixes:{prefixes}\r\ncluster_total_prefix_tokens:{tokens}\r\n")
         return local + extra.encode()
@@ -379,7 +415,7 @@ def _forward_wrapper(command: str, handler: Handler) -> Handler:
 
     async def routed(ctx: CommandContext, args: list[bytes]) -> Any:
         client = ctx.client
-        link = _runtime(ctx).keyspace_link(client.protocol, client.db)
+        link = _runtime(ctx).keyspace_link(client.protocol, client.db, client.tenant)
         try:
             raw = await link.call([name, *args])
         except ConnectionError as exc:
@@ -410,7 +446,7 @@ def _fanout_wrapper(command: str, handler: Handler) -> Handler:
             publish_all(ctx.server)
         if _from_peer(ctx) or (command == "KV.PREFIX.SAVE" and args):
             return result
-        error = _peer_error(await _runtime(ctx).broadcast([name, *args]))
+        error = _peer_error(await _runtime(ctx).broadcast([name, *args], ctx.client.tenant))
         if error is not None:
             raise error
         return result
@@ -438,7 +474,7 @@ def _drop_wrapper(command: str, handler: Handler) -> Handler:
             else:
                 sync_session(ctx.server, word(arg))
         for owner, names in sorted(remote.items()):
-            reply = await runtime.peer(owner).call_value([name, *names])
+            reply = await runtime.peer(owner, ctx.client.tenant).call_value([name, *names])
             if isinstance(reply, Exception):
                 raise CommandError(f"worker {owner}: {reply}")
             dropped += int(reply)
@@ -451,7 +487,7 @@ def _list_wrapper(command: str, handler: Handler) -> Handler:
         names = set(await _call(handler, ctx, args))
         if _from_peer(ctx):
             return sorted(names)
-        replies = await _runtime(ctx).broadcast([b"V.LIST", *args])
+        replies = await _runtime(ctx).broadcast([b"V.LIST", *args], ctx.client.tenant)
         error = _peer_error(replies)
         if error is not None:
             raise error
@@ -465,8 +501,10 @@ def _stats_wrapper(command: str, handler: Handler) -> Handler:
     async def routed(ctx: CommandContext, args: list[bytes]) -> Any:
         if not (len(args) == 1 and option(args[0]) == "ALL"):
             return await _call(handler, ctx, args)
-        totals: dict[str, Any] = dict(ctx.server.receipt.snapshot())
-        replies = await _runtime(ctx).broadcast([b"PION.STATS"])
+        # This worker's receipt as PION.STATS shows it (the tenant's own for a tenant; with the
+        # admission fields under --admission 2hit), then every sibling's, read as the same user.
+        totals: dict[str, Any] = dict(await _call(handler, ctx, args))
+        replies = await _runtime(ctx).broadcast([b"PION.STATS"], ctx.client.tenant)
         error = _peer_error(replies)
         if error is not None:
             raise error
