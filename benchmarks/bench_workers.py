@@ -9,8 +9,14 @@
    address and 1,3 worker 1's. Every client restores in a loop for ``--seconds``; total restores/s.
 3. Redirect cost (-w 2): a fresh ``PionStore`` restoring every layer of a prefix (60 fetch_layer),
    connected first to the wrong worker (one redirect: reconnect + retry) vs to the owner.
+4. Forwarded pipelines (``--forwarding``; issue 14's follow-up): ``redis-benchmark -P 16 -t set,get``
+   against worker 1's own address of ``-w 2`` (every command forwarded to worker 0), with
+   ``--worker-forward-batch 1`` (each client's pipeline forwarded one command at a time, the
+   behaviour before) vs the default (a client's run of forwarded commands sent as one batch),
+   at -c 1 and -c 50; worker 0's own address (nothing forwarded) as the reference.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_workers.py [-n 200000] [--tokens 2048] [--seconds 5]
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_workers.py --forwarding [-n 100000]
 """
 
 from __future__ import annotations
@@ -42,10 +48,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(workers: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], int, list[int]]:
+def start(workers: int, data_dir: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int, list[int]]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pion.server", "--port", str(port), "--dir", str(data_dir),
-                             "-w", str(workers), "--worker-port-base", "0", "--max-sessions", "64"],
+                             "-w", str(workers), "--worker-port-base", "0", "--max-sessions", "64", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:
@@ -61,10 +67,38 @@ def start(workers: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], int, l
             time.sleep(0.1)
 
 
-def small_ops(port: int, n: int) -> dict[str, float]:
-    out = subprocess.run(["redis-benchmark", "-p", str(port), "-t", "ping,set,get", "-n", str(n), "-d", "3",
-                          "-c", "50", "-P", "16", "--csv"], check=True, capture_output=True, text=True).stdout
+def small_ops(port: int, n: int, tests: str = "ping,set,get", clients: int = 50) -> dict[str, float]:
+    done = subprocess.run(["redis-benchmark", "-p", str(port), "-t", tests, "-n", str(n), "-d", "3",
+                           "-c", str(clients), "-P", "16", "--csv"], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"redis-benchmark failed ({done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")
+    out = done.stdout
     return {r[0]: float(r[1]) for r in csv.reader(io.StringIO(out)) if r and r[0] != "test"}
+
+
+def forwarding(n: int, tmp: Path) -> int:
+    """Section 4 of the module docstring: one -w 2 server per batch setting, measured in turn."""
+    rows: dict[str, dict[str, float]] = {}
+    for label, extra in (("batch 1", ("--worker-forward-batch", "1")), ("batched", ())):
+        proc, _, ports = start(2, tmp / label.replace(" ", ""), *extra)
+        try:
+            for clients in (1, 50):
+                for test, value in small_ops(ports[1], n, "set,get", clients).items():
+                    rows.setdefault(f"{test} -c {clients} via worker 1", {})[label] = value
+                if label == "batched":
+                    for test, value in small_ops(ports[0], n, "set,get", clients).items():
+                        rows[f"{test} -c {clients} via worker 1"]["worker 0"] = value
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    print(f"redis-benchmark -P 16 -n {n} -d 3 -t set,get against -w 2's worker addresses\n")
+    print("| measure (ops/s) | one at a time (--worker-forward-batch 1) | batched (default) | batched ÷ one at a time "
+          "| worker 0's own address (not forwarded) |")
+    print("|---|---|---|---|---|")
+    for key, row in rows.items():
+        print(f"| {key} | {row['batch 1']:,.0f} | {row['batched']:,.0f} | {row['batched'] / row['batch 1']:.2f}× "
+              f"| {row['worker 0']:,.0f} |")
+    return 0
 
 
 def restore_client(port: int, ns: str, tokens: int, seconds: float, start_at: float, out: mp.Queue) -> None:
@@ -130,11 +164,18 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--forwarding", action="store_true",
+                        help="only section 4: forwarded pipelines, batched vs one command at a time")
     args = parser.parse_args()
     if shutil.which("redis-benchmark") is None:
         print("redis-benchmark not found: apt-get install redis-tools", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+    if args.forwarding:
+        try:
+            return forwarding(args.n, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     results: dict[int, dict[str, float]] = {}
     redirect = (0.0, 0.0)
     try:

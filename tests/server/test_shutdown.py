@@ -47,6 +47,7 @@ ENV_SAMPLES: dict[str, tuple[str, object]] = {
     "binary_port": ("0", 0), "attention_threads": ("2", 2),
     "worker_port_base": ("0", 0), "independent_workers": ("yes", True),
     "worker_placement": ("hash", "hash"), "directory_slots": ("128", 128),
+    "worker_forward_batch": ("16", 16),
     "tenants": ("alice:pw:a| bob:pw2:b|", (TenantSpec("alice", "pw", "a|"), TenantSpec("bob", "pw2", "b|"))),
     "ns_prefix": ("app|", "app|"), "admission": ("2hit", "2hit"), "admission_window": ("99", 99),
     "databases": ("4", 4), "maxmemory_policy": ("volatile-ttl", "volatile-ttl"),

@@ -69,6 +69,7 @@ class ServerConfig:
     independent_workers: bool = False  # -w N without the directory: N separate stores (docs/workers.md)
     worker_placement: str = "connection"  # where a new namespace goes under -w N: connection | hash
     directory_slots: int = 16384  # entries of the cross-worker directory (64 bytes each)
+    worker_forward_batch: int = 1024  # -w N: a client's pipelined forwarded commands sent at once (1 = one by one)
     databases: int = 16  # numbered keyspaces for SELECT (Redis's default)
     maxmemory_policy: str = "allkeys-lru"  # which keys go under --maxmemory (docs/keyspace.md)
     maxmemory_samples: int = 5  # keys sampled per database per eviction (Redis's default)
@@ -160,6 +161,9 @@ OPTIONS: list[Option] = [
            "-w N: a new namespace goes to the connection's worker (default) or to crc32(name) % N"),
     Option(("--directory-slots",), "directory_slots", parse_int(64, 1 << 24),
            "-w N: entries of the cross-worker directory (default 16384, 64 bytes each)"),
+    Option(("--worker-forward-batch",), "worker_forward_batch", parse_int(1, 1 << 20),
+           "-w N: at most this many of a client's pipelined keyspace commands are forwarded to "
+           "worker 0 in one batch (default 1024; 1 = one command at a time)"),
     Option(("--databases",), "databases", parse_int(1, 1024),
            "numbered keyspaces SELECT can choose (default 16, like Redis)"),
     Option(("--maxmemory-policy",), "maxmemory_policy", parse_choice(*POLICIES),

@@ -53,6 +53,7 @@ class _Entry:
     is_write: bool = False
     write_verbs: frozenset[bytes] = frozenset()  # spec.write_subcommands, as bytes
     access: Access | None = None  # the tenant check's key spec (commands/access.py)
+    forwarded: bool = False  # -w N: sent to worker 0 (net.py batches a pipeline's run of them)
     calls: int = 0  # run (failed ones included), like Redis's cmdstat calls
     seconds: float = 0.0  # time spent running it
     rejected_calls: int = 0  # refused before running: arity, NOAUTH
@@ -99,7 +100,7 @@ class Dispatcher:
                            is_async=inspect.iscoroutinefunction(spec.handler),
                            lname=name.lower(), is_write="write" in spec.flags,
                            write_verbs=frozenset(v.upper().encode() for v in spec.write_subcommands),
-                           access=spec.access)
+                           access=spec.access, forwarded=spec.forwarded)
             if entry.write_verbs and not entry.is_async:
                 raise ValueError(f"{name}: write_subcommands needs an async handler")
             self._lookup[name.upper().encode()] = entry
@@ -230,6 +231,14 @@ class Dispatcher:
         self.count_error("NOPERM")
         out.append(encode_error("NOPERM", message))
         return True
+
+    def forwards(self, request: list[Any]) -> bool:
+        """Whether ``request`` names a command this worker forwards to worker 0 (-w N), so
+        the network layer may send it in one batch with the forwarded requests around it."""
+        entry = self._lookup.get(request[0]) if type(request[0]) is bytes else None
+        if entry is None and type(request[0]) is bytes:
+            entry = self._lookup.get(request[0].upper())
+        return entry is not None and entry.forwarded
 
     @property
     def auth_required(self) -> bool:

@@ -25,6 +25,16 @@ Flow control, per client:
     ``-ERR Protocol error: ...`` (Redis's texts) and that connection closes; others are
     untouched.
 
+Forwarded pipelines (``-w N``, worker k > 0): a command the dispatcher forwards to worker 0
+(``Dispatcher.forwards``) starts a *forward batch*: the requests that follow it in the parser's
+buffer are taken while they are forwarded too (up to ``--worker-forward-batch``), each run into
+its own reply slot, and all are awaited together — they reach the shared link to worker 0 in one
+loop iteration, so one write carries the client's whole run and worker 0 answers it as one
+pipelined batch. Replies are appended in request order; an error reply in the middle does not
+stop the rest (Redis pipelining). The first request that is not forwarded ends the batch and is
+*held*: it runs, first, once the batch has answered — so a local command (SELECT, V.FETCH, QUIT)
+still sees every forwarded command before it done.
+
 Framing (``resp/framing.py``): a read that starts on a request boundary, begins with
 ``*``, ends with a newline and holds no large array header goes straight to hiredis (the
 fast path). Every
@@ -114,6 +124,12 @@ class Connection(asyncio.Protocol):
         self.before_reply = server.before_reply  # the server's list: hooks added later count
         self.reply_pending = server.reply_pending
         self.deferred = False  # waiting in the server's end-of-iteration flush
+        # -w N, worker k > 0: the most requests one forward batch takes (module docstring);
+        # 0 where nothing is forwarded (worker 0, -w 1), which skips the check entirely.
+        self.forward_batch = (server.state.config.worker_forward_batch
+                              if server.state.worker is not None and server.state.worker.worker_id
+                              and not server.state.worker.independent else 0)
+        self.held: Any = None  # a request taken past a forward batch, run first after it
 
     # ---- asyncio.Protocol callbacks -------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -223,7 +239,8 @@ class Connection(asyncio.Protocol):
     def _run_words(self, words: list[bytes]) -> None:
         """Run a request the framer parsed itself (inline, or a held large array) now, or
         queue it behind the requests still waiting."""
-        if self.busy or self.write_paused or self.closing or self.reader.has_data():
+        if (self.busy or self.write_paused or self.closing or self.reader.has_data()
+                or self.held is not None):
             if len(words) > HOLD_ARRAYS_OVER:
                 # Queued behind a command in flight: let hiredis take this many (its bytes
                 # are here, so the declared length is real) — up to Redis's own limit after.
@@ -293,11 +310,16 @@ class Connection(asyncio.Protocol):
         bulk_check_at = self.max_bulk - RECV_SLACK
         started = self.last_active = _perf_counter()
         fed = self.fed_since_frame
+        held = self.held
         # busy/write_paused/closing only change in the branches that return below or
         # during a write (pause_writing, output limit), so they are re-checked after one.
         while True:
             try:
-                request = gets()
+                if held is not None:  # taken past a forward batch: it runs before the rest
+                    request, held = held, None
+                    self.held = None
+                else:
+                    request = gets()
             except hiredis.ProtocolError as exc:
                 if self.fast_read is not None and self._continue_after_inline():
                     return
@@ -327,6 +349,8 @@ class Connection(asyncio.Protocol):
                 fed = self.fed_since_frame = 0
             pending = dispatcher.execute(ctx, request, out)
             if pending is not None:
+                if self.forward_batch > 1 and dispatcher.forwards(request):
+                    pending = self._forward_batch(pending)
                 self._start_async(pending)
                 return
             now = _perf_counter()  # one clock read per command: also the next one's start
@@ -428,6 +452,44 @@ class Connection(asyncio.Protocol):
                         self.client.addr, buffered, limit)
             self.closing = True
             self.transport.abort()
+
+    def _forward_batch(self, first: Coroutine[Any, Any, None]) -> Coroutine[Any, Any, None]:
+        """Take the forwarded requests that follow ``first`` in the parser's buffer (module
+        docstring); returns one coroutine that runs them all and appends their replies in order.
+        A request that is not forwarded (or not a well-formed one) is held for ``_process``."""
+        reader = self.reader
+        dispatcher = self.dispatcher
+        runs: list[tuple[Coroutine[Any, Any, None] | None, list[Any]]] = []
+        while len(runs) + 1 < self.forward_batch and reader.has_data():
+            try:
+                request = reader.gets()
+            except hiredis.ProtocolError:
+                break  # the parser raises it again for _process, after the batch
+            if request is False:
+                break
+            if (type(request) is not list or not request
+                    or any(type(arg) is not bytes for arg in request)
+                    or max(map(len, request)) > self.max_bulk or not dispatcher.forwards(request)):
+                self.held = request
+                break
+            slot: list[Any] = []
+            runs.append((dispatcher.execute(self.ctx, request, slot), slot))
+        if not runs:
+            return first
+        return self._run_forward_batch(first, runs)
+
+    async def _run_forward_batch(self, first: Coroutine[Any, Any, None],
+                                 runs: list[tuple[Coroutine[Any, Any, None] | None, list[Any]]]) -> None:
+        marks = self.client.write_marks
+        n_marks = len(marks)
+        # Started in order in one loop turn, so they reach the shared link in order and leave in
+        # one write; ``first`` appends to ``out`` itself, the others to their own slots.
+        await asyncio.gather(first, *(run for run, _ in runs if run is not None))
+        for _, slot in runs:
+            self.out.extend(slot)
+        # Worker 0 logged these writes; this worker's WAL does not hold them (and the marks of
+        # the slots would point at the wrong replies), so none is turned into -MISCONF here.
+        del marks[n_marks:]
 
     def _start_async(self, pending: Coroutine[Any, Any, None]) -> None:
         self._flush()

@@ -59,3 +59,6 @@ class CommandSpec:
     # Which arguments are keys/namespaces, for the tenant check (commands/access.py); None =
     # the row in access.ACCESS. The table refuses a command that has neither.
     access: Access | None = None
+    # Set by workers/routing.py on a worker of -w N that forwards this command to worker 0: the
+    # network layer then sends a client's consecutive pipelined forwarded commands as one batch.
+    forwarded: bool = False

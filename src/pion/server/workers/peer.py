@@ -113,14 +113,15 @@ class PeerLink:
 
 class SharedLink:
     """One connection to worker 0 that every client of this worker shares for forwarded keyspace
-    commands (one per RESP version and db, which travel with a request).
+    commands (one per RESP version, db and user, which travel with a request).
 
     Requests from all clients served in one loop iteration go out in one write, and worker 0
     answers them in one batch: the per-command cost of forwarding is a future and a share of
-    two syscalls instead of a round trip of its own. Replies come back in request order; each
-    client has at most one request in flight (the network layer waits for it), so its own order
-    holds. A broken connection fails every waiting request with ``ConnectionError`` and the next
-    request reconnects.
+    two syscalls instead of a round trip of its own. Replies come back in request order; a
+    client's requests reach ``call`` in its own order (the network layer starts a pipelined run of
+    them in one loop turn, ``net.py`` ``_forward_batch``), so its own order holds. A broken
+    connection fails every waiting request with ``ConnectionError`` and the next request
+    reconnects.
     """
 
     def __init__(self, host: str, port: int, auth: list[bytes] | None, protocol: int, db: int,

@@ -553,7 +553,8 @@ def route_table(table: CommandTable, runtime: WorkerRuntime) -> None:
     for name, wrap in wrappers.items():
         spec = table.specs.get(name)
         if spec is not None:
-            table.specs[name] = dataclasses.replace(spec, handler=wrap(name, spec.handler))
+            table.specs[name] = dataclasses.replace(spec, handler=wrap(name, spec.handler),
+                                                    forwarded=wrap is _forward_wrapper)
 
 
 
