@@ -19,7 +19,7 @@ import redis
 
 from support.procs import start_server
 from support.replies import err
-from support.workers import WorkerGroup, start_workers, worker_info
+from support.workers import WorkerGroup, start_workers, wait_for_workers, worker_info
 
 TENANTS = {"alice": ("pa", "a|"), "bob": ("pb", "b|")}
 D = 4
@@ -36,6 +36,7 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerGroup]:
             addresses = worker_info(conn)["addresses"]
         assert isinstance(addresses, list)
         started = WorkerGroup(server, [int(str(a).rsplit(":", 1)[1]) for a in addresses])
+        wait_for_workers(started)
         seed(started)
         yield started
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,4 +60,21 @@ def start_workers(data_dir: Path, n: int, *args: str, password: str | None = Non
         server.stop()
         raise
     assert isinstance(addresses, list)
-    return WorkerGroup(server, [int(str(a).rsplit(":", 1)[1]) for a in addresses])
+    group = WorkerGroup(server, [int(str(a).rsplit(":", 1)[1]) for a in addresses])
+    wait_for_workers(group)
+    return group
+
+
+def wait_for_workers(group: WorkerGroup, wait_s: float = 30.0) -> None:
+    """Wait until every worker answers on its own address: the shared port answers as soon as
+    one worker listens, and a command forwarded to a worker not listening yet is refused."""
+    deadline = time.monotonic() + wait_s
+    for index in range(len(group.ports)):
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", group.ports[index]), timeout=1.0):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)

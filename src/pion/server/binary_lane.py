@@ -12,6 +12,12 @@ the connection is closed; an unknown command byte gets an ERR reply and the conn
 ``--binary-port`` moves it, ``0`` turns it off; a port that cannot be bound is logged and the
 server runs without it. With ``--tls-port`` the same lane also listens over TLS on
 ``--tls-binary-port`` (default ``tls-port + 1``; ``tls.py``), with the same client-certificate rule.
+
+Under ``pion-server -w N`` every worker listens on the shared lane port (``SO_REUSEPORT``, like the
+RESP port) and on its own lane address (``WorkerRuntime.binary_addresses``, reserved by the
+supervisor). The handlers are the routed ones (workers/routing.py), so a frame naming a session
+another worker holds answers the RESP side's ``ERR <command> session lives on worker N
+<host:port>`` — with the owner's **binary-lane** address, where the client reconnects.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import socket
 import ssl
 from typing import TYPE_CHECKING, Any, cast
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pion.server.binary_lane")
 _HEADER = REQUEST_HEADER.size
+_REDIRECT = re.compile(r"(\S+ session lives on worker (\d+)) \S+")
 
 
 class BinaryConnection(asyncio.Protocol):
@@ -123,10 +131,21 @@ class BinaryLane:
             self._check_tenant(ctx, spec, fields)
             return STATUS_OK, _body(spec.handler(ctx, fields))
         except CommandError as exc:
-            return STATUS_BY_CODE.get(exc.code, STATUS_ERR), exc.wire()
+            return STATUS_BY_CODE.get(exc.code, STATUS_ERR), self._lane_redirect(exc).wire()
         except Exception:
             log.exception("binary-lane command %s failed", name)
             return STATUS_ERR, f"ERR internal error in '{name}'".encode()
+
+    def _lane_redirect(self, exc: CommandError) -> CommandError:
+        """A -w N redirect names the owner's RESP address; a lane client reconnects to the
+        owner's lane, so name that instead (module docstring)."""
+        runtime = self.state.worker
+        if runtime is None or not runtime.binary_addresses or exc.code != "ERR":
+            return exc
+        match = _REDIRECT.fullmatch(exc.message)
+        if match is None:
+            return exc
+        return CommandError(f"{match[1]} {runtime.binary_addresses[int(match[2])]}")
 
     def _check_tenant(self, ctx: CommandContext, spec: CommandSpec, fields: list[bytes]) -> None:
         """The RESP dispatcher's tenant check (server/tenants.py), for the lane's frames."""
@@ -167,18 +186,25 @@ class BinaryLane:
     def listen(self) -> None:
         """Bind now (synchronously, so clients may connect as soon as the RESP port answers)."""
         cfg = self.state.config
+        runtime = self.state.worker
         if plain_binary_lane(cfg):
             port = cfg.binary_port if cfg.binary_port > 0 else (cfg.port + 1 if cfg.port else 0)
-            self.port = self._bind(port, None, "binary lane")
+            if runtime is not None and runtime.binary_addresses:  # -w N: ports the parent reserved
+                self.port = self._bind(port, None, "binary lane", reuse_port=True)
+                own = runtime.binary_addresses[runtime.worker_id]
+                self._bind(own.port, None, f"binary lane of worker {runtime.worker_id}", reuse_port=True)
+            elif runtime is None:
+                self.port = self._bind(port, None, "binary lane")
         tls_port = tls_binary_port(cfg)
         if tls_port and self.state.tls is not None:
             self.tls_port = self._bind(tls_port, self.state.tls, "TLS binary lane")
 
-    def _bind(self, port: int, tls: ssl.SSLContext | None, what: str) -> int:
-        """Bind one listener (plain or TLS); the bound port, or 0 when it cannot be bound."""
+    def _bind(self, port: int, tls: ssl.SSLContext | None, what: str, reuse_port: bool = False) -> int:
+        """Bind one listener (plain or TLS); the bound port, or 0 when it cannot be bound.
+        ``reuse_port``: join the SO_REUSEPORT group of ``-w N``'s workers."""
         bind = self.state.config.bind
         try:
-            sock = socket.create_server((bind, port), backlog=511, reuse_port=False)
+            sock = socket.create_server((bind, port), backlog=511, reuse_port=reuse_port)
         except OSError as exc:
             log.warning("%s: cannot listen on %s:%d (%s); running without it", what, bind, port, exc)
             return 0

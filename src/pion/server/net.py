@@ -482,9 +482,20 @@ class Connection(asyncio.Protocol):
                                  runs: list[tuple[Coroutine[Any, Any, None] | None, list[Any]]]) -> None:
         marks = self.client.write_marks
         n_marks = len(marks)
-        # Started in order in one loop turn, so they reach the shared link in order and leave in
-        # one write; ``first`` appends to ``out`` itself, the others to their own slots.
-        await asyncio.gather(first, *(run for run, _ in runs if run is not None))
+        # Each command is started here, in order, in this one step: it runs until it waits for
+        # its reply, so all reach the shared link in order and leave in one write. Then each is
+        # resumed in turn when what it waits for is done (a Task per command would cost more
+        # than forwarding saves). ``first`` appends to ``out`` itself, the others to their slots.
+        coros = [first, *(run for run, _ in runs if run is not None)]
+        waits = [_step(coro) for coro in coros]
+        for coro, wait in zip(coros, waits, strict=True):
+            while wait is not _DONE:
+                if wait is None:  # a bare yield (asyncio.sleep(0)): give the loop one turn
+                    await asyncio.sleep(0)
+                else:  # a future: wait for it here, as a Task would (clearing its "yielded" mark)
+                    wait._asyncio_future_blocking = False
+                    await wait
+                wait = _step(coro)
         for _, slot in runs:
             self.out.extend(slot)
         # Worker 0 logged these writes; this worker's WAL does not hold them (and the marks of
@@ -552,6 +563,18 @@ class Connection(asyncio.Protocol):
     def abort(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.abort()
+
+
+_DONE: Any = object()  # _step's "the coroutine returned"
+
+
+def _step(coro: Coroutine[Any, Any, None]) -> Any:
+    """Run ``coro`` until it next waits; what it waits for (an awaitable future, or None for a
+    bare yield), or ``_DONE`` once it has returned (``_run_forward_batch``)."""
+    try:
+        return coro.send(None)
+    except StopIteration:
+        return _DONE
 
 
 def _type_byte(value: object) -> str:

@@ -1,7 +1,9 @@
 """PION.WORKER: which worker of ``pion-server -w N`` this connection is on, and where the others are.
 
   PION.WORKER  -> map: id, workers, mode (single | shared | independent), pid, address
-                  (this worker's own host:port), addresses (every worker's), placement
+                  (this worker's own host:port), addresses (every worker's), placement;
+                  under -w N with the binary lane on, also binary_address / binary_addresses
+                  (each worker's own ATTEND binary-lane address)
 
 A client pins a connection to worker N by connecting to ``addresses[N]`` (docs/workers.md);
 the single-process server answers id 0 of 1 with its one address.
@@ -28,10 +30,15 @@ def worker_fields(state: ServerState) -> dict[str, object]:
         address = f"{state.config.bind}:{state.network.port}"
         return {"id": 0, "workers": 1, "mode": "single", "pid": os.getpid(), "address": address,
                 "addresses": [address], "placement": "connection"}
-    return {"id": runtime.worker_id, "workers": runtime.n_workers,
-            "mode": "independent" if runtime.independent else "shared", "pid": os.getpid(),
-            "address": str(runtime.address(runtime.worker_id)),
-            "addresses": [str(a) for a in runtime.addresses], "placement": runtime.placement}
+    fields: dict[str, object] = {
+        "id": runtime.worker_id, "workers": runtime.n_workers,
+        "mode": "independent" if runtime.independent else "shared", "pid": os.getpid(),
+        "address": str(runtime.address(runtime.worker_id)),
+        "addresses": [str(a) for a in runtime.addresses], "placement": runtime.placement}
+    if runtime.binary_addresses:
+        fields["binary_address"] = str(runtime.binary_addresses[runtime.worker_id])
+        fields["binary_addresses"] = [str(a) for a in runtime.binary_addresses]
+    return fields
 
 
 def info(state: ServerState) -> dict[str, list[tuple[str, object]]]:

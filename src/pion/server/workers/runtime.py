@@ -45,6 +45,9 @@ class WorkerRuntime:
     directory: Directory | None
     password: str | None
     placement: str = "connection"  # where a new namespace goes: "connection" | "hash"
+    # Each worker's own ATTEND binary-lane address (empty: the lane is off); binary_lane.py
+    # names these in its redirects.
+    binary_addresses: Sequence[WorkerAddress] = ()
     # Links by (worker, user): None is the admin (or the --ns-prefix default user), else a tenant's name.
     peers: dict[tuple[int, str | None], PeerLink] = field(default_factory=dict)
     # Links to worker 0 for forwarded keyspace commands, shared by every client of one user,

@@ -112,6 +112,7 @@ class Supervisor:
         self.sockets: list[socket.socket] = []
         self.directory: Directory | None = None
         self.addresses: list[WorkerAddress] = []
+        self.binary_addresses: list[WorkerAddress] = []  # each worker's own binary-lane address
         self.worker_config = config
 
     # ---- set-up --------------------------------------------------------------------------
@@ -127,11 +128,32 @@ class Supervisor:
             sock = _reserve(config.bind, base + worker if base else 0)
             self.sockets.append(sock)
             self.addresses.append(WorkerAddress(host, int(sock.getsockname()[1])))
-        # Workers serve the ports reserved here; the binary lane is a single-process feature.
-        self.worker_config = dataclasses.replace(config, port=port, binary_port=0)
+        # Workers serve the ports reserved here, the binary lane's too (docs/workers.md).
+        self.worker_config = dataclasses.replace(config, port=port, binary_port=self._reserve_binary(port, base))
         if not config.independent_workers:
             self.directory = Directory.create(config.directory_slots, config.data_dir)
         (config.data_dir / COUNT_FILE).write_text(f"{config.workers}\n")
+
+    def _reserve_binary(self, port: int, base: int) -> int:
+        """Reserve the ATTEND binary lane's ports: the shared one (``--binary-port``, default
+        port + 1) and worker i's own at ``base + N + i`` (after the RESP workers' own ports; any
+        free ports with base 0). Returns the shared port, or 0 — the lane off, like a single
+        server that cannot bind it — when it is off or a port is taken."""
+        config = self.config
+        if config.binary_port == 0:
+            return 0
+        wanted = config.binary_port if config.binary_port > 0 else (port + 1 if config.port else 0)
+        n = config.workers
+        try:
+            socks = [_reserve(config.bind, wanted)]
+            socks += [_reserve(config.bind, base + n + w if base else 0) for w in range(n)]
+        except OSError as exc:
+            log.warning("binary lane: cannot reserve its ports (%s); running without it", exc)
+            return 0
+        self.sockets.extend(socks)
+        host = _advertised(config.bind)
+        self.binary_addresses = [WorkerAddress(host, int(s.getsockname()[1])) for s in socks[1:]]
+        return int(socks[0].getsockname()[1])
 
     def spawn(self, worker_id: int) -> None:
         read_fd, write_fd = os.pipe()
@@ -159,7 +181,7 @@ class Supervisor:
                 os.close(child.ready_fd)
         setup_logging(self.config.loglevel, tag=f"w{worker_id}")
         runtime = WorkerRuntime(worker_id, tuple(self.addresses), self.directory, self.config.requirepass,
-                                self.config.worker_placement)
+                                self.config.worker_placement, binary_addresses=tuple(self.binary_addresses))
 
         def ready() -> None:
             os.write(ready_fd, b"R")

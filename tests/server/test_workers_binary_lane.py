@@ -1,0 +1,85 @@
+"""The ATTEND binary lane under ``pion-server -w 2``: a shared lane port and each worker's own lane
+address (PION.WORKER ``binary_addresses``); a frame naming a session another worker holds answers
+the RESP side's redirect error with the owner's *lane* address, where the same frame succeeds."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from pion.client.redirect import parse_redirect
+from pion.common.binary_frames import (
+    CMD_ATTEND_PREFIX_LOOKUP, CMD_ATTEND_PREFIX_QUERY, CMD_PING, STATUS_ERR, STATUS_OK, encode_request,
+    parse_reply_header,
+)
+from support.procs import free_port
+from support.workers import WorkerGroup, start_workers, worker_info
+
+K = np.arange(2 * 3 * 4, dtype="<f4").reshape(2, 3, 4)  # H=2, N=3 tokens, D=4
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerGroup]:
+    started = start_workers(tmp_path_factory.mktemp("wbin"), 2, "--binary-port", str(free_port()))
+    try:
+        yield started
+    finally:
+        started.server.stop()
+
+
+def read_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "closed"
+        data += chunk
+    return data
+
+
+def call(address: str, command: int, fields: list[bytes]) -> tuple[int, bytes]:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"".join(bytes(p) for p in encode_request(command, 1, fields)))
+        status, _, n = parse_reply_header(read_exact(sock, 12))
+        return status, read_exact(sock, n)
+
+
+def lanes(group: WorkerGroup) -> list[str]:
+    with group.worker(0) as conn:
+        found = worker_info(conn)["binary_addresses"]
+    assert isinstance(found, list)
+    return [str(a) for a in found]
+
+
+def test_each_worker_names_its_own_lane_address_and_every_lane_answers(group: WorkerGroup) -> None:
+    shown = []
+    for index in (0, 1):
+        with group.worker(index) as conn:
+            info = worker_info(conn)
+            shown.append((info["binary_address"], conn.info("server")["binary_port"]))
+    addresses = lanes(group)
+    shared = int(group.server.extra_args[group.server.extra_args.index("--binary-port") + 1])
+    assert shown == [(addresses[0], shared), (addresses[1], shared)]
+    assert len(set(addresses)) == 2
+    for address in (*addresses, f"127.0.0.1:{shared}"):
+        assert call(address, CMD_PING, []) == (STATUS_OK, b"PONG")
+
+
+def test_a_session_on_worker_1_redirects_a_frame_on_worker_0_to_worker_1s_lane(group: WorkerGroup) -> None:
+    with group.worker(1) as w1:
+        assert w1.execute_command("ATTEND.PREFIX.STORE", "wbin|s", 0, 2, 3, 4, K.tobytes(), K.tobytes()) == b"OK"
+    addresses = lanes(group)
+    status, body = call(addresses[0], CMD_ATTEND_PREFIX_LOOKUP, [b"wbin|s", b"0"])
+    assert (status, body) == (STATUS_ERR, f"ERR ATTEND.PREFIX.LOOKUP session lives on worker 1 {addresses[1]}".encode())
+    redirect = parse_redirect(body.decode()[4:])
+    assert redirect is not None and f"{redirect.host}:{redirect.port}" == addresses[1]
+    assert call(addresses[1], CMD_ATTEND_PREFIX_LOOKUP, [b"wbin|s", b"0"]) == (STATUS_OK, b"HIT")
+    query = [b"wbin|s", b"0", b"2", b"4", b"0", np.ones((2, 1, 4), dtype="<f4").tobytes()]
+    with group.worker(1) as w1:
+        resp = w1.execute_command("ATTEND.PREFIX.QUERY", *query)
+    assert call(addresses[1], CMD_ATTEND_PREFIX_QUERY, query) == (STATUS_OK, resp)
+    assert call(addresses[0], CMD_ATTEND_PREFIX_QUERY, query) == (
+        STATUS_ERR, f"ERR ATTEND.PREFIX.QUERY session lives on worker 1 {addresses[1]}".encode())
