@@ -30,6 +30,10 @@ from pion.server.resp.reply_scan import reply_end
 
 PEER_NAME = b"pion-worker-peer"
 READ_CHUNK = 256 * 1024
+# A SharedLink writes what it holds once this many requests wait, without waiting for the end
+# of the loop iteration: worker 0 starts on a large batch (many clients' pipelines) while this
+# worker still adds to it, instead of the two taking turns on one huge batch.
+LINK_FLUSH_EVERY = 64
 
 
 class PeerLink:
@@ -147,6 +151,8 @@ class SharedLink:
             loop.call_soon(self._flush)
         self._pending.append(encode_words(words))
         self._waiters.append(future)
+        if len(self._pending) >= LINK_FLUSH_EVERY:
+            self._flush()
         return await future
 
     async def _open(self) -> None:
