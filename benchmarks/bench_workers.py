@@ -79,7 +79,7 @@ def small_ops(port: int, n: int, tests: str = "ping,set,get", clients: int = 50)
 def forwarding(n: int, tmp: Path) -> int:
     """Section 4 of the module docstring: one -w 2 server per batch setting, measured in turn."""
     rows: dict[str, dict[str, float]] = {}
-    for label, extra in (("batch 1", ("--worker-forward-batch", "1")), ("batched", ())):
+    for label, extra in (("batch 1", ("--worker-forward-batch", "1")), ("batched", ("--worker-forward-batch", "1024"))):
         proc, _, ports = start(2, tmp / label.replace(" ", ""), *extra)
         try:
             for clients in (1, 50):

@@ -22,7 +22,7 @@ from support.workers import WorkerGroup, start_workers
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerGroup]:
-    started = start_workers(tmp_path_factory.mktemp("pipe"), 2)
+    started = start_workers(tmp_path_factory.mktemp("pipe"), 2, "--worker-forward-batch", "1024")
     try:
         yield started
     finally:
@@ -99,7 +99,7 @@ def test_batched_and_one_at_a_time_forwarding_answer_the_same(group: WorkerGroup
 
 
 def test_a_pipeline_longer_than_one_batch_keeps_every_reply_in_order(group: WorkerGroup) -> None:
-    n = 2500  # more than --worker-forward-batch's 1024: three batches
+    n = 2500  # more than the fixture's --worker-forward-batch 1024: three batches
     commands: list[tuple[Any, ...]] = []
     for i in range(n):
         commands += [("SET", f"long:{i}", i), ("GET", f"long:{i}")]
