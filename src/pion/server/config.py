@@ -69,9 +69,8 @@ class ServerConfig:
     independent_workers: bool = False  # -w N without the directory: N separate stores (docs/workers.md)
     worker_placement: str = "connection"  # where a new namespace goes under -w N: connection | hash
     directory_slots: int = 16384  # entries of the cross-worker directory (64 bytes each)
-    # -w N: at most this many of a client's pipelined forwarded commands sent at once (1 = one by one,
-    # the default until the -c 50 slowdown measured in docs/benchmarks.md is understood)
-    worker_forward_batch: int = 1
+    # -w N: at most this many of a client's pipelined forwarded commands sent at once (1 = one by one)
+    worker_forward_batch: int = 1024
     databases: int = 16  # numbered keyspaces for SELECT (Redis's default)
     maxmemory_policy: str = "allkeys-lru"  # which keys go under --maxmemory (docs/keyspace.md)
     maxmemory_samples: int = 5  # keys sampled per database per eviction (Redis's default)
@@ -165,7 +164,7 @@ OPTIONS: list[Option] = [
            "-w N: entries of the cross-worker directory (default 16384, 64 bytes each)"),
     Option(("--worker-forward-batch",), "worker_forward_batch", parse_int(1, 1 << 20),
            "-w N: at most this many of a client's pipelined keyspace commands are forwarded to "
-           "worker 0 in one batch (default 1 = one command at a time; e.g. 1024 for clients with long pipelines)"),
+           "worker 0 in one batch (default 1024; 1 = one command at a time)"),
     Option(("--databases",), "databases", parse_int(1, 1024),
            "numbered keyspaces SELECT can choose (default 16, like Redis)"),
     Option(("--maxmemory-policy",), "maxmemory_policy", parse_choice(*POLICIES),
