@@ -33,6 +33,7 @@ from typing import Any
 import uvloop
 
 from pion.common.logs import setup_logging
+from pion.server.binary_lane import plain_binary_lane
 from pion.server.config import ServerConfig
 from pion.server.workers.directory import Directory
 from pion.server.workers.runtime import WorkerAddress, WorkerRuntime
@@ -140,7 +141,7 @@ class Supervisor:
         free ports with base 0). Returns the shared port, or 0 — the lane off, like a single
         server that cannot bind it — when it is off or a port is taken."""
         config = self.config
-        if config.binary_port == 0:
+        if not plain_binary_lane(config):
             return 0
         if config.cold_tier and not config.independent_workers:
             # The lane runs the cold tier's sync Stage-2 variants, which the routing does not
