@@ -32,9 +32,10 @@ compile: setup
 test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest
 
-# Everything but the tests that load SmolLM2 or MiniLM, spread over every core.
+# Everything but the tests that load SmolLM2 or MiniLM and the long workloads (tests/conftest.py),
+# two pytest workers per core: a test spends much of its time waiting on the servers it starts.
 test-fast: setup
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -m "not slow" -n auto
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -m "not slow" -n $$(( $$(nproc) * 2 ))
 
 # SmolLM2 on the MLX runtime (opt-in off Apple silicon: MLX's Linux CPU backend is ~50x slower than
 # torch here, docs/runtime.md); the model-free MLX tests run in `make test`.

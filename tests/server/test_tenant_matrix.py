@@ -180,7 +180,8 @@ class Deployment:
     port: int
 
 
-@pytest.fixture(scope="module", params=["w1", "w2 via worker 1"])
+# The -w 2 run starts worker processes: a long workload (make test, not make test-fast).
+@pytest.fixture(scope="module", params=["w1", pytest.param("w2 via worker 1", marks=pytest.mark.slow)])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tenant_args = [arg for name, (pw, prefix) in TENANTS.items() for arg in ("--tenant", f"{name}:{pw}:{prefix}")]
     data_dir = tmp_path_factory.mktemp("tenants")

@@ -10,8 +10,9 @@ freed holes of one size do not fit the next value's size and pages stay resident
 ``benchmarks/bench_malloc_tuning.py`` (docs/benchmarks.md, "RSS under --maxmemory"):
 
 * ``trim`` (default): glibc's own thresholds; ``trim_forever`` calls ``malloc_trim(0)`` at most
-  once a second after evictions or after the stores shrank by 4 MiB (DEL, FLUSHALL), handing
-  back whole free pages inside the heap. Costs nothing per request.
+  once a second after evictions, after the stores shrank by 4 MiB (DEL, FLUSHALL), or when RSS
+  above the stored bytes grew by 4 MiB since the last trim (a fill and a delete between two
+  samples leave no shrink to see), handing back whole free pages inside the heap. Costs nothing per request.
 * ``memory``: also ``tune()`` — a fixed 64 KiB mmap threshold (every value gets its own
   mapping, unmapped on free), a 128 KiB trim threshold and two arenas, set with ``mallopt`` at
   start-up (``-w N`` workers inherit them). RSS tracks ``--maxmemory`` most tightly (11 MiB
@@ -91,18 +92,33 @@ def trim() -> bool:
     return _LIBC is not None and bool(_LIBC.malloc_trim(0))
 
 
+def rss_bytes() -> int:
+    """This process's resident set (``/proc/self/statm``); 0 where there is no procfs."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 async def trim_forever(used_bytes: Callable[[], int], evictions: Callable[[], int],
                        interval_s: float = TRIM_INTERVAL_S) -> None:
-    """Each ``interval_s``: trim when something was evicted, or the stores shrank by
-    ``TRIM_MIN_SHRINK`` since the last trim (DEL, FLUSHALL, expiry)."""
+    """Each ``interval_s``: trim when something was evicted, the stores shrank by
+    ``TRIM_MIN_SHRINK`` since the last trim (DEL, FLUSHALL, expiry), or the RSS the stores do not
+    account for grew by that much (values stored and deleted between two samples)."""
     if _LIBC is None or mode() == "off":
         return
     high, evicted = used_bytes(), evictions()
+    slack_floor = rss_bytes() - high
     while True:
         await asyncio.sleep(interval_s)
         used, now_evicted = used_bytes(), evictions()
-        if now_evicted != evicted or high - used >= TRIM_MIN_SHRINK:
+        slack = rss_bytes() - used
+        if (now_evicted != evicted or high - used >= TRIM_MIN_SHRINK
+                or slack - slack_floor >= TRIM_MIN_SHRINK):
             trim()
             high, evicted = used, now_evicted
+            slack_floor = rss_bytes() - used
         else:
             high = max(high, used)
+            slack_floor = min(slack_floor, slack)
