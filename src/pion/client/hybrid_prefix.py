@@ -40,12 +40,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import redis
 import torch
 
 from pion.client.runtimes.transformers_kv import KvShape, layer_rows
 from pion.client.runtimes.transformers_runtime import forward_logits, model_device
 from pion.client.hybrid_store import LayerKind
+from pion.client.hybrid_store import fetch_hybrid
 from pion.client.hybrid_store import finish_store as _finish_store
 from pion.client.state_blob import decode_arrays, encode_arrays
 from pion.common.ids import Namespace
@@ -164,17 +164,7 @@ class HybridPrefixTransport:
 
         t0 = time.perf_counter()
         n_attn = len(self.attention_layers)
-        for attempt in (0, 1):
-            pipe = transport.client.pipeline()
-            if n_attn:
-                transport.queue_fetch(pipe, ns, n_tokens)
-            pipe.ssm_prefix_mfetch(ns, 0, len(self.kinds))
-            try:
-                replies = pipe.execute()
-                break
-            except redis.ResponseError as exc:  # -w N: the prefix lives on another worker, once more there
-                if attempt or not transport.client.follow_redirect(exc):
-                    raise
+        replies = fetch_hybrid(transport, ns, n_tokens, n_attn, len(self.kinds))
         blobs: list[bytes | None] = replies[-1]
         t1 = time.perf_counter()
         restored = transport.decode(replies[0], replies[1], n_tokens) if n_attn else None

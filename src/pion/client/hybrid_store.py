@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -19,6 +19,7 @@ from pion.common.ids import Namespace
 
 if TYPE_CHECKING:
     from pion.client.connection import PionPipeline
+    from pion.client.prefix_transport import PrefixTransport
     from pion.client.prompt_cache import PionPromptCache
 
 logger = logging.getLogger("pion.client.hybrid_prefix")
@@ -50,11 +51,36 @@ def finish_store(pc: PionPromptCache, ns: Namespace | str, pipe: PionPipeline, t
         pc._stats.deferred += 1
         return False
     errors = [r for r in replies if isinstance(r, Exception)]
+    return account_store(pc, ns, errors, nbytes, t0, what="hybrid prefix")
+
+
+def account_store(pc: PionPromptCache, ns: Namespace | str, errors: list[Exception], nbytes: int,
+                  t0: float, what: str = "prefix") -> bool:
+    """The one outcome rule of a prefix store (plain or hybrid, either runtime): count the bytes and
+    time, or warn and count a failure — the prefix then stays local."""
     if errors:
         pc._stats.store_failures += 1
-        logger.warning("storing hybrid prefix %s on pion-server failed (%d errors, first: %s); it stays local",
-                       ns, len(errors), errors[0])
+        logger.warning("storing %s %s on pion-server failed (%d errors, first: %s); it stays local",
+                       what, ns, len(errors), errors[0])
         return False
     pc._stats.store_ms_total += (time.perf_counter() - t0) * 1e3
     pc._stats.bytes_stored += nbytes
     return True
+
+
+def fetch_hybrid(transport: PrefixTransport, ns: Namespace | str, n_tokens: int, n_attention: int,
+                 n_layers: int) -> list[Any]:
+    """One pipelined round trip for a hybrid prefix: the attention layers' K/V rows (when there
+    are any) and every layer's state blob, following a ``-w N`` redirect once."""
+    for attempt in (0, 1):
+        pipe = transport.client.pipeline()
+        if n_attention:
+            transport.queue_fetch(pipe, ns, n_tokens)
+        pipe.ssm_prefix_mfetch(ns, 0, n_layers)
+        try:
+            replies: list[Any] = pipe.execute()
+            return replies
+        except redis.ResponseError as exc:  # -w N: the prefix lives on another worker, once more there
+            if attempt or not transport.client.follow_redirect(exc):
+                raise
+    raise AssertionError("unreachable: the second attempt returns or raises")

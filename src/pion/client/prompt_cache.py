@@ -35,6 +35,7 @@ import redis
 
 from pion.client.block_hashes import DEFAULT_BLOCK_SIZE, block_table
 from pion.client.connection import DEFAULT_HOST, DEFAULT_PORT, PionClient
+from pion.client.hybrid_store import account_store
 from pion.client.kv_shape import KvShape
 from pion.client.namespaces import make_namespace, model_fingerprint, prefix_namespace
 from pion.client.prefix_transport import (
@@ -276,14 +277,7 @@ class PionPromptCache:
         if deferred:  # +DEFERRED: the server admits this prefix on its next sighting; keep it local
             self._stats.deferred += 1
             return False
-        if errors:
-            self._stats.store_failures += 1
-            logger.warning("storing prefix %s on pion-server failed (%d errors, first: %s); it stays local",
-                           ns, len(errors), errors[0])
-            return False
-        self._stats.store_ms_total += (time.perf_counter() - t0) * 1e3
-        self._stats.bytes_stored += nbytes
-        return True
+        return account_store(self, ns, list(errors), nbytes, t0)
 
     # ---- hit path ---------------------------------------------------------------------------
 

@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 import numpy as np
-import redis
 
-from pion.client.hybrid_store import LayerKind, finish_store
+from pion.client.hybrid_store import LayerKind, fetch_hybrid, finish_store
 from pion.client.kv_shape import KvShape
 from pion.client.runtimes import mlx_kv
 from pion.client.state_blob import CODE_BF16, CODE_FP16, CODE_FP32, StateBlobError, pack_arrays, unpack_arrays
@@ -160,17 +159,7 @@ class MlxHybridPrefixTransport:
 
         t0 = time.perf_counter()
         n_attn = len(self.attention_layers)
-        for attempt in (0, 1):
-            pipe = transport.client.pipeline()
-            if n_attn:
-                transport.queue_fetch(pipe, ns, n_tokens)
-            pipe.ssm_prefix_mfetch(ns, 0, len(self.kinds))
-            try:
-                replies = pipe.execute()
-                break
-            except redis.ResponseError as exc:  # -w N: the prefix lives on another worker, once more there
-                if attempt or not transport.client.follow_redirect(exc):
-                    raise
+        replies = fetch_hybrid(transport, ns, n_tokens, n_attn, len(self.kinds))
         blobs: list[bytes | None] = replies[-1]
         t1 = time.perf_counter()
         if len(blobs) != len(self.kinds):
