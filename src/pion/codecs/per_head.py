@@ -41,6 +41,20 @@ from pion.codecs.fp8 import _pair_table as fp8_pair_table
 from pion.codecs.int8 import INT8_MAX
 
 
+def scaled_heads(x: npt.NDArray[np.float32], head_dim: int, max_code: float,
+                 name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``[n, kv_dim]`` -> (values divided by their head's scale ``[n, heads, head_dim]``, the
+    fp16 scales ``[n, heads]``): one symmetric scale per KV head, so the largest magnitude of a
+    head maps to ``max_code``. Shared by the 8-bit and the 5/6-bit per-head formats."""
+    n, kv_dim = x.shape
+    heads = x.reshape(n, kv_dim // head_dim, head_dim)
+    amax = np.max(np.abs(heads), axis=2)
+    if not np.isfinite(amax).all():
+        raise non_finite_error(x, name)
+    scale = fp16_params(amax / np.float32(max_code), x, name, "head scale")
+    return np.divide(heads, safe_divisor(scale)[:, :, None]), scale
+
+
 class _PerHeadCodec:
     """Shared layout: D one-byte codes then one fp16 scale per head of ``head_dim`` values."""
 
@@ -57,12 +71,7 @@ class _PerHeadCodec:
     def encode(self, rows: npt.NDArray[np.float32]) -> bytes:
         x = input_rows(rows, self)
         n, kv_dim = x.shape
-        heads = x.reshape(n, kv_dim // self.head_dim, self.head_dim)
-        amax = np.max(np.abs(heads), axis=2)
-        if not np.isfinite(amax).all():
-            raise non_finite_error(x, self.name)
-        scale = fp16_params(amax / np.float32(self.max_code), x, self.name, "head scale")
-        q = np.divide(heads, safe_divisor(scale)[:, :, None])
+        q, scale = scaled_heads(x, self.head_dim, self.max_code, self.name)
         out = np.empty((n, self.row_bytes(kv_dim)), dtype=np.uint8)
         out[:, :kv_dim] = self._codes(q).reshape(n, kv_dim)
         out[:, kv_dim:].view("<f2")[:] = scale

@@ -32,16 +32,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from pion.codecs.base import (
-    as_out_dtype,
-    blob_rows,
-    fp16_params,
-    input_rows,
-    non_finite_error,
-    require_multiple,
-    safe_divisor,
-)
+from pion.codecs.base import as_out_dtype, blob_rows, input_rows, require_multiple
 from pion.codecs.bitplanes import pack, plane_bytes, unpack
+from pion.codecs.per_head import scaled_heads
 
 
 class _NarrowPerHeadCodec:
@@ -64,12 +57,7 @@ class _NarrowPerHeadCodec:
     def encode(self, rows: npt.NDArray[np.float32]) -> bytes:
         x = input_rows(rows, self)
         n, kv_dim = x.shape
-        heads = x.reshape(n, kv_dim // self.head_dim, self.head_dim)
-        amax = np.max(np.abs(heads), axis=2)
-        if not np.isfinite(amax).all():
-            raise non_finite_error(x, self.name)
-        scale = fp16_params(amax / np.float32(self._top), x, self.name, "head scale")
-        q = np.divide(heads, safe_divisor(scale)[:, :, None])
+        q, scale = scaled_heads(x, self.head_dim, self._top, self.name)
         np.rint(q, out=q)  # round half to even
         np.clip(q, -self._top, self._top, out=q)
         q += np.float32(self._top + 1)
