@@ -55,7 +55,7 @@ LONG_WORKLOAD_MODULES = {
 # are not collected, and tests/server/test_server_core_install.py checks the -ERR it answers.
 if importlib.util.find_spec("torch") is None:
     collect_ignore_glob = ["server/test_attend_*.py", "server/test_binary_lane.py",
-                           "server/test_fuzz_attend.py"]
+                           "server/test_workers_binary_lane.py", "server/test_fuzz_attend.py"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
