@@ -6,6 +6,7 @@ namespaces. Skipped when redis-server / redis-cli are not installed (.ci/run ins
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -122,6 +123,50 @@ def test_an_int8_prefix_travels_encoded_and_decodes_within_the_int8_bound(fronts
         assert bool(np.all(np.abs(restored - x) <= bound)) is True
     # the cold tier holds the int8 rows (D + 2 bytes each), not floats
     assert stats(b)["coldtier_bytes_read"] == 2 * LAYERS * TOKENS * (KV_DIM + 2)
+
+
+def promote_hearing(cluster: RedisCluster, ns: str, announced: str | None | bool) -> tuple[bool, int]:
+    """Promote ``ns`` into a fresh in-process front (real ColdTier, real V-store) while an
+    invalidation announcing ``announced`` arrives mid-read (True: the generation the cluster
+    holds, as when the writing front's own announcement is delivered late). Returns (promoted,
+    rows now warm)."""
+    from pion.server.coldtier.bridge import ColdBridge
+    from pion.server.coldtier.tier import ColdTier
+    from pion.server.coldtier.url import parse_cold_tier_url
+    from pion.server.store.vstore import VStore
+
+    async def run() -> tuple[bool, int]:
+        tier = ColdTier(parse_cold_tier_url("--cold-tier", cluster.url), "through")
+        bridge = ColdBridge(tier, VStore())
+        try:
+            index = await tier.read_index(ns)
+            assert index is not None and index.gen is not None
+            gen = index.gen if announced is True else announced
+            promotion = asyncio.get_running_loop().create_task(bridge.promote(ns))
+            await asyncio.sleep(0)  # the promotion is now waiting on its index read
+            bridge.invalidate("another-front", gen, ns)
+            promoted = await promotion
+            session = bridge.vstore.get(f"{ns}_pk")
+            return promoted, 0 if session is None else session.rows_in(0)
+        finally:
+            tier.close()
+
+    return asyncio.run(run())
+
+
+def test_a_late_announcement_of_the_registration_being_promoted_does_not_turn_it_into_a_miss(
+        fronts: list[ServerProcess], cluster: RedisCluster) -> None:
+    """CI caught this race: front A's pub/sub announcement of its own registration reached B
+    during B's promotion of those very rows, and B answered MISS."""
+    store_prefix(fronts[0].client(), "late-announcement", seed=3)
+    assert promote_hearing(cluster, "late-announcement", True) == (True, TOKENS)
+
+
+@pytest.mark.parametrize("announced", [None, "a-newer-generation"], ids=["drop", "re-registration"])
+def test_a_drop_or_a_newer_registration_heard_mid_promotion_keeps_the_read_rows_out(
+        fronts: list[ServerProcess], cluster: RedisCluster, announced: str | None) -> None:
+    store_prefix(fronts[0].client(), f"superseded-{announced}", seed=4)
+    assert promote_hearing(cluster, f"superseded-{announced}", announced) == (False, 0)
 
 
 def test_front_b_still_serves_a_prefix_after_front_a_is_killed_9(own_fronts: list[ServerProcess]) -> None:

@@ -100,7 +100,8 @@ class ColdBridge:
         self._wake = asyncio.Event()
         self._demotions: set[asyncio.Task[set[Part] | None]] = set()
         self._promoting: dict[str, asyncio.Future[bool]] = {}  # one cold read per namespace at a time
-        self._invalidated: set[str] = set()  # of those in _promoting: heard an invalidation meanwhile
+        # of those in _promoting: the generation last announced meanwhile (None: a DROP)
+        self._invalidated: dict[str, str | None] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -205,7 +206,7 @@ class ColdBridge:
                 result = await self._promote(ns)
         finally:
             del self._promoting[ns]
-            self._invalidated.discard(ns)
+            self._invalidated.pop(ns, None)
             future.set_result(result)  # on an exception the waiters read a miss
         return result
 
@@ -231,7 +232,7 @@ class ColdBridge:
         tier, stats = self.tier, self.tier.stats
         index = await tier.read_index(ns)
         rows = await tier.read_rows(ns, index) if index is not None and index.hit() else None
-        if index is None or rows is None or ns in self._invalidated:
+        if index is None or rows is None or self._superseded(ns, index.gen):
             stats.coldtier_misses += 1
             return False
         if not self.warm_absent(ns):  # another client brought it in while we waited
@@ -257,13 +258,22 @@ class ColdBridge:
         stats.coldtier_promotions += 1
         return True
 
+    def _superseded(self, ns: str, read_gen: str | None) -> bool:
+        """An invalidation heard during this promotion announced something newer than what it
+        read: a DROP, or a registration of another generation. The announcement of the very
+        registration it read (published by the writing front, often delivered late) is not."""
+        if ns not in self._invalidated:
+            return False
+        announced = self._invalidated[ns]
+        return announced is None or announced != read_gen
+
     def invalidate(self, front: str, gen: str | None, ns: str) -> None:
         """Heard on the invalidation channel (run on the loop): another front dropped ``ns``
         (``gen`` None) or registered it afresh. Drop our copy unless it is that generation."""
         if front == self.tier.front_id:
             return
         if ns in self._promoting:
-            self._invalidated.add(ns)  # a promotion reading the old rows must not install them
+            self._invalidated[ns] = gen  # a promotion reading older rows must not install them
         self.demoted.pop(ns, None)
         if self.warm_absent(ns):
             self.fresh.forget(ns)
