@@ -60,11 +60,26 @@ def start(workers: int, data_dir: Path, *extra: str) -> tuple[subprocess.Popen[b
                 reply = conn.execute_command("PION.WORKER")
                 fields = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
                 ports = [int(a.decode().rsplit(":", 1)[1]) for a in fields[b"addresses"]]
+                wait_listening(ports, deadline)
                 return proc, port, ports
         except redis.ConnectionError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def wait_listening(ports: list[int], deadline: float) -> None:
+    """Wait until every worker's own address accepts: the shared port answers as soon as one worker
+    listens, and redis-benchmark 7.0 spins forever on an address refused at its start."""
+    for port in ports:
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
 
 def small_ops(port: int, n: int, tests: str = "ping,set,get", clients: int = 50) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """The ATTEND binary lane under ``pion-server -w 2``: a shared lane port and each worker's own lane
 address (PION.WORKER ``binary_addresses``); a frame naming a session another worker holds answers
-the RESP side's redirect error with the owner's *lane* address, where the same frame succeeds."""
+the RESP side's redirect error with the owner's *lane* address, where the same frame succeeds;
+``BinaryLaneClient`` follows that redirect once and remembers the owner."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from pion.client.redirect import parse_redirect
+from pion.client.stage2.binary_client import BinaryLaneClient, BinaryLaneError
 from pion.common.binary_frames import (
     CMD_ATTEND_PREFIX_LOOKUP, CMD_ATTEND_PREFIX_QUERY, CMD_PING, STATUS_ERR, STATUS_OK, encode_request,
     parse_reply_header,
@@ -83,3 +85,65 @@ def test_a_session_on_worker_1_redirects_a_frame_on_worker_0_to_worker_1s_lane(g
     assert call(addresses[1], CMD_ATTEND_PREFIX_QUERY, query) == (STATUS_OK, resp)
     assert call(addresses[0], CMD_ATTEND_PREFIX_QUERY, query) == (
         STATUS_ERR, f"ERR ATTEND.PREFIX.QUERY session lives on worker 1 {addresses[1]}".encode())
+
+
+def fused_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q ``[H_q=2, M=1, D=4]`` and a one-token local K/V ``[H_kv=2, 1, 4]`` for QUERY_FUSED."""
+    q = np.linspace(-1.0, 1.0, 8, dtype="<f4").reshape(2, 1, 4)
+    return q, np.full((2, 1, 4), 0.5, dtype="<f4"), np.full((2, 1, 4), -0.25, dtype="<f4")
+
+
+def lane_client(address: str, follow_redirects: bool = True) -> BinaryLaneClient:
+    host, port = address.rsplit(":", 1)
+    return BinaryLaneClient(host, int(port), follow_redirects=follow_redirects)
+
+
+def test_the_lane_client_follows_the_redirect_to_the_owner_once_and_then_goes_there_directly(
+        group: WorkerGroup) -> None:
+    with group.worker(0) as w0:
+        assert w0.execute_command("ATTEND.PREFIX.STORE", "wbin|f", 0, 2, 3, 4, K.tobytes(), (K + 1).tobytes()) == b"OK"
+    addresses = lanes(group)
+    owner = lane_client(addresses[0])
+    want = owner.query_fused("wbin|f", 0, *fused_inputs())
+    owner.close()
+    client = lane_client(addresses[1])
+    try:
+        assert client.query_fused("wbin|f", 0, *fused_inputs()) == want
+        host, port = addresses[0].rsplit(":", 1)
+        assert (client.redirects, client.owner_of("wbin|f")) == (1, (host, int(port)))
+        assert client.query_fused("wbin|f", 0, *fused_inputs()) == want
+        assert client.redirects == 1  # remembered: the second frame went to the owner directly
+        assert client.call(CMD_PING, []) == b"PONG"  # a frame without a session stays on the first address
+    finally:
+        client.close()
+
+
+def test_with_follow_redirects_off_the_lane_client_raises_the_redirect(group: WorkerGroup) -> None:
+    with group.worker(0) as w0:
+        assert w0.execute_command("ATTEND.PREFIX.STORE", "wbin|n", 0, 2, 3, 4, K.tobytes(), K.tobytes()) == b"OK"
+    addresses = lanes(group)
+    client = lane_client(addresses[1], follow_redirects=False)
+    try:
+        with pytest.raises(BinaryLaneError) as raised:
+            client.query_fused("wbin|n", 0, *fused_inputs())
+        assert str(raised.value) == f"ERR ATTEND.PREFIX.QUERY_FUSED session lives on worker 0 {addresses[0]}"
+        assert (client.redirects, client.owner_of("wbin|n")) == (0, None)
+    finally:
+        client.close()
+
+
+def test_a_remembered_owner_that_does_not_answer_raises_a_lane_error_and_the_first_connection_still_works(
+        group: WorkerGroup) -> None:
+    with group.worker(0) as w0:
+        assert w0.execute_command("ATTEND.PREFIX.STORE", "wbin|d", 0, 2, 3, 4, K.tobytes(), K.tobytes()) == b"OK"
+    addresses = lanes(group)
+    client = lane_client(addresses[1])
+    dead = free_port()  # nothing listens there
+    try:
+        client._remember(b"wbin|d", ("127.0.0.1", dead))
+        with pytest.raises(BinaryLaneError) as raised:
+            client.query_fused("wbin|d", 0, *fused_inputs())
+        assert str(raised.value).startswith(f"the owner's binary lane at 127.0.0.1:{dead} failed (")
+        assert client.call(CMD_PING, []) == b"PONG"  # the first connection is unharmed
+    finally:
+        client.close()

@@ -85,7 +85,10 @@ class PionPromptCache:
         stage2: also keep the prefix attendable in pion-server (ATTEND.PREFIX.STORE per layer);
             ``get_or_prefill`` then returns a stage-2 cache (``pion.client.stage2``) instead of
             restoring K/V. ``stage2_lane``: ``"auto"`` (in-process → binary → RESP), ``"binary"``,
-            ``"resp"``.
+            ``"resp"``. ``stage2_binary_port``: the binary lane's port (default: the lane of the
+            worker the connection is on under ``-w N``, else the RESP port + 1).
+            ``stage2_follow_redirects``: under ``-w N`` follow a worker's redirect to the prefix's
+            owner on the stage-2 RESP calls and the binary lane (default True).
         layer_formats: an explicit format per layer and side (``LayerFormats.mixed``, e.g. the KIVI
             pair: K ``kivi4g64``, V ``mlx4g32``); replaces ``vquant``/``boundary_protect``.
     """
@@ -94,7 +97,8 @@ class PionPromptCache:
                  port: int = DEFAULT_PORT, password: str | None = None, client: PionClient | None = None, *,
                  tokenizer: Any | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  restore_dtype: RestoreDtype = "auto", materialize: bool = False, stage2: bool = False,
-                 stage2_lane: str = "auto", layer_formats: LayerFormats | None = None) -> None:
+                 stage2_lane: str = "auto", layer_formats: LayerFormats | None = None,
+                 stage2_binary_port: int | None = None, stage2_follow_redirects: bool = True) -> None:
         self.model = model
         self.vquant = vquant
         self.boundary_protect = int(boundary_protect)
@@ -125,6 +129,9 @@ class PionPromptCache:
                                            numpy_rows=self._numpy_rows)
                            if self.client is not None else None)
         self.stage2 = self._make_stage2(stage2_lane) if stage2 else None
+        if self.stage2 is not None:  # (set after: the MLX subclass builds its own Stage2Support)
+            self.stage2._binary_port = stage2_binary_port
+            self.stage2.follow_redirects = stage2_follow_redirects
 
     # ---- what a runtime provides (pion.client.mlx_prompt_cache overrides these for mlx-lm) ----
     # (torch and the transformers helpers are imported inside them, so the MLX subclass loads no torch)

@@ -12,6 +12,11 @@ optional binary-lane socket. Roles:
   * ``make_cache(ns, prefix_len)`` — a ``DynamicCache`` of ``PionRemoteLayer`` whose lane is
     in-process when this process holds the prefix (unless ``PION_PROMPT_CACHE_NO_INPROC=1``),
     else the binary lane when it answers, else RESP.
+  * ``pion-server -w N``: a stage-2 command answered ``session lives on worker N <host:port>``
+    moves the RESP client to that worker and runs once more (``PionClient.follow_redirect``, as
+    the stage-1 store and restore do); the binary lane follows the lane redirect itself and
+    remembers each prefix's owner (``BinaryLaneClient``). ``follow_redirects=False`` turns both
+    off (the redirect is then the error a failed stage-2 call raises or logs).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import torch
@@ -39,6 +45,7 @@ logger = logging.getLogger(__name__)
 NO_INPROC_ENV = "PION_PROMPT_CACHE_NO_INPROC"
 MAX_INPROC_PREFIXES = 8
 LaneChoice = str  # "auto" | "inproc" | "binary" | "resp"
+T = TypeVar("T")
 
 
 class Stage2Support:
@@ -47,12 +54,16 @@ class Stage2Support:
     Args:
         pc: the owning cache (its client, model, shape, counters and stage-1 store are used).
         lane: ``"auto"`` (in-process → binary → RESP), or force ``"binary"`` / ``"resp"``.
-        binary_port: the binary lane's port; default the RESP port + 1.
+        binary_port: the binary lane's port; default the lane of the worker the RESP connection is
+            on (``PION.WORKER``'s ``binary_address`` under ``-w N``), else the RESP port + 1.
+        follow_redirects: follow a ``-w N`` worker's redirect to the prefix's owner (RESP and lane).
     """
 
-    def __init__(self, pc: PionPromptCache, lane: LaneChoice = "auto", binary_port: int | None = None) -> None:
+    def __init__(self, pc: PionPromptCache, lane: LaneChoice = "auto", binary_port: int | None = None,
+                 follow_redirects: bool = True) -> None:
         self.pc = pc
         self.lane = lane
+        self.follow_redirects = follow_redirects
         self.counters = Stage2Counters()
         self._inproc: OrderedDict[str, list[tuple[Any, Any]]] = OrderedDict()  # per layer (K, V) of a runtime
         self._binary: BinaryLaneClient | None = None
@@ -90,10 +101,22 @@ class Stage2Support:
             self._not_pushed.add(ns)
         return self.make_cache(ns, len(ids), force_inproc=not pushed)
 
+    def on_owner(self, call: Callable[[Any], T]) -> T:
+        """``call(redis_connection)``; a ``-w N`` redirect moves the client to the owner worker and
+        runs it once more there (unless ``follow_redirects`` is off)."""
+        client = self.pc.client
+        assert client is not None
+        try:
+            return call(client.redis)
+        except redis.ResponseError as exc:
+            if not (self.follow_redirects and client.follow_redirect(exc)):
+                raise
+        return call(client.redis)
+
     def attend_warm(self, ns: str) -> bool:
         """True when every layer's ATTEND side is warm on the server."""
-        assert self.pc.client is not None
-        states = lookup_layers(self.pc.client.redis, attend_sid(ns), self.pc.shape.n_layers)
+        n_layers = self.pc.shape.n_layers
+        states = self.on_owner(lambda conn: lookup_layers(conn, attend_sid(ns), n_layers))
         return all(state == "HIT" for state in states)
 
     def ensure_warm(self, ns: str) -> None:
@@ -102,20 +125,25 @@ class Stage2Support:
             self.rehydrate(ns)
 
     def rehydrate(self, ns: str) -> None:
-        assert self.pc.client is not None
         shape = self.pc.shape
-        layers = warm(self.pc.client.redis, ns, shape.n_kv_heads, shape.head_dim)
+        layers = self.on_owner(lambda conn: warm(conn, ns, shape.n_kv_heads, shape.head_dim))
         if layers != shape.n_layers:
             raise ValueError(f"KV.PREFIX.WARM rebuilt {layers} of {shape.n_layers} layers of {ns}")
 
     def push(self, ns: str, cache: Any, n_tokens: int) -> bool:
         """ATTEND.PREFIX.STORE every layer (fp32 ``[H, N, D]``) in one pipeline; False on failure."""
-        assert self.pc.client is not None
-        pipe = self.pc.client.redis.pipeline(transaction=False)
-        for layer_idx, (keys, values) in enumerate(self._push_rows(cache, n_tokens)):
-            store_layer(pipe, attend_sid(ns), layer_idx, keys, values)
+        rows = self._push_rows(cache, n_tokens)
+
+        def store_all(conn: Any) -> None:
+            pipe = conn.pipeline(transaction=False)
+            for layer_idx, (keys, values) in enumerate(rows):
+                store_layer(pipe, attend_sid(ns), layer_idx, keys, values)
+            failed = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, Exception)]
+            if failed:
+                raise failed[0]
         try:
-            errors = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, Exception)]
+            self.on_owner(store_all)
+            errors: list[BaseException] = []
         except redis.RedisError as exc:
             errors = [exc]
         if errors:
@@ -143,18 +171,16 @@ class Stage2Support:
         sid = attend_sid(ns)
         binary = self._binary_client() if self.lane in ("auto", "binary") and self.sparse_auto is None else None
         if self.sparse_auto is not None:
-            conn, (block, k_top) = self.pc.client.redis, self.sparse_auto
+            block, k_top = self.sparse_auto
 
             def query(layer: int, q: Any, k: Any, v: Any) -> bytes:
-                return query_sparse_auto_fused(conn, sid, layer, q, k, v, block, k_top)
+                return self.on_owner(lambda conn: query_sparse_auto_fused(conn, sid, layer, q, k, v, block, k_top))
         elif binary is not None:
             def query(layer: int, q: Any, k: Any, v: Any) -> bytes:
                 return binary.query_fused(sid, layer, q, k, v)
         else:
-            resp = self.pc.client.redis
-
             def query(layer: int, q: Any, k: Any, v: Any) -> bytes:
-                return query_fused(resp, sid, layer, q, k, v)
+                return self.on_owner(lambda conn: query_fused(conn, sid, layer, q, k, v))
         return self._wire_lane(sid, query, lambda: self.rehydrate(ns))
 
     # ---- what a runtime provides (pion.client.runtimes.mlx_stage2 overrides these for mlx-lm) ----
@@ -184,14 +210,31 @@ class Stage2Support:
             self._binary_tried = True
             kwargs = self.pc.client.redis.connection_pool.connection_kwargs if self.pc.client else {}
             host = kwargs.get("host", "127.0.0.1")
-            port = self._binary_port or int(kwargs.get("port", 1974)) + 1
+            port = self._binary_port or self._workers_lane_port() or int(kwargs.get("port", 1974)) + 1
             try:
-                self._binary = BinaryLaneClient(host, port, kwargs.get("password"))
+                self._binary = BinaryLaneClient(host, port, kwargs.get("password"),
+                                                follow_redirects=self.follow_redirects)
             except (OSError, BinaryLaneError) as exc:
                 if self.lane == "binary":
                     raise
                 logger.info("binary lane at %s:%s not available (%s); using RESP", host, port, exc)
         return self._binary
+
+    def _workers_lane_port(self) -> int | None:
+        """Under ``-w N`` the lane port of the worker the RESP connection is on (``PION.WORKER``
+        ``binary_address``; the workers' own lane ports are not RESP port + 1); None otherwise."""
+        if self.pc.client is None:
+            return None
+        try:
+            reply = self.pc.client.redis.execute_command("PION.WORKER")
+        except redis.RedisError:
+            return None  # an older server, or one that refuses it: the RESP port + 1
+        fields = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
+        address = fields.get(b"binary_address", fields.get("binary_address"))
+        if address is None:
+            return None
+        text = address.decode() if isinstance(address, bytes) else str(address)
+        return int(text.rsplit(":", 1)[1])
 
     def _keep_inproc(self, ns: str, cache: Any, n_tokens: int) -> None:
         self._inproc[ns] = self._held_arrays(cache, n_tokens)
