@@ -1,23 +1,27 @@
 """The ATTEND binary lane under ``pion-server -w 2``: a shared lane port and each worker's own lane
 address (PION.WORKER ``binary_addresses``); a frame naming a session another worker holds answers
 the RESP side's redirect error with the owner's *lane* address, where the same frame succeeds;
-``BinaryLaneClient`` follows that redirect once and remembers the owner."""
+``BinaryLaneClient`` follows that redirect once and remembers the owner. With ``--cold-tier`` (a real
+3-master Redis Cluster, ~5 s) the lane is on too, and its cold-tier variants redirect the same way."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
+import redis
 
 from pion.client.redirect import parse_redirect
 from pion.client.stage2.binary_client import BinaryLaneClient, BinaryLaneError
 from pion.common.binary_frames import (
-    CMD_ATTEND_PREFIX_LOOKUP, CMD_ATTEND_PREFIX_QUERY, CMD_PING, STATUS_ERR, STATUS_OK, encode_request,
-    parse_reply_header,
+    CMD_ATTEND_PREFIX_LOOKUP, CMD_ATTEND_PREFIX_QUERY, CMD_KV_PREFIX_WARM, CMD_PING, STATUS_ERR, STATUS_OK,
+    encode_request, parse_reply_header,
 )
-from support.procs import free_port
+from support.procs import ServerProcess, free_port, start_server
+from support.redis_cluster import cluster_tools_missing, start_cluster
 from support.workers import WorkerGroup, start_workers, worker_info
 
 K = np.arange(2 * 3 * 4, dtype="<f4").reshape(2, 3, 4)  # H=2, N=3 tokens, D=4
@@ -145,5 +149,105 @@ def test_a_remembered_owner_that_does_not_answer_raises_a_lane_error_and_the_fir
             client.query_fused("wbin|d", 0, *fused_inputs())
         assert str(raised.value).startswith(f"the owner's binary lane at 127.0.0.1:{dead} failed (")
         assert client.call(CMD_PING, []) == b"PONG"  # the first connection is unharmed
+    finally:
+        client.close()
+
+
+# ---- the lane under -w 2 with --cold-tier (a real Redis Cluster) ---------------------------------
+H2, D2, LAYERS2, TOKENS2 = 3, 64, 2, 16
+
+
+@pytest.fixture(scope="module")
+def cold_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WorkerGroup, ServerProcess]]:
+    """A 3-master cluster, a -w 2 --cold-tier server with the lane, and a single-process front of
+    the same cluster (what wrote a prefix the workers only find in the cold tier)."""
+    missing = cluster_tools_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    base = tmp_path_factory.mktemp("wcold")
+    cluster = start_cluster(base / "cluster", masters=3, replicas=0)
+    started: list[Any] = []
+    try:
+        started.append(start_workers(base / "workers", 2, "--cold-tier", cluster.url, "--binary-port",
+                                     str(free_port())))
+        started.append(start_server(base / "front", "--cold-tier", cluster.url, "--binary-port", str(free_port())))
+        yield started[0], started[1]
+    finally:
+        for item in started:
+            (item.server if isinstance(item, WorkerGroup) else item).stop()
+        cluster.stop()
+
+
+def store_rows(conn: redis.Redis, ns: str, seed: int) -> None:
+    """Stage 1's store (REGISTER + both sides of every layer, fp16 rows)."""
+    assert conn.execute_command("KV.PREFIX.REGISTER", ns, H2 * D2, "fp16", "LAYERS", LAYERS2) == b"OK"
+    rng = np.random.default_rng(seed)
+    for side in ("pk", "pv"):
+        for layer in range(LAYERS2):
+            rows = rng.standard_normal((TOKENS2, H2 * D2)).astype(np.float16)
+            assert conn.execute_command("V.STOREBATCH", f"{ns}_{side}", layer, 0, rows.tobytes(),
+                                        "DTYPE", "f16") == TOKENS2
+
+
+def cold_fused_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return tuple(rng.standard_normal((H2, 1, D2)).astype("<f4") for _ in range(3))  # type: ignore[return-value]
+
+
+def warm_frame(ns: str) -> list[bytes]:
+    return [ns.encode(), b"%d" % H2, b"%d" % D2, f"{ns}_attn".encode()]
+
+
+def test_with_cold_tier_the_lane_is_on_and_a_frame_on_the_wrong_worker_is_redirected_to_the_owner(
+        cold_group: tuple[WorkerGroup, ServerProcess]) -> None:
+    group, _ = cold_group
+    addresses = lanes(group)
+    assert len(addresses) == 2
+    with group.worker(0) as w0:
+        store_rows(w0, "wc|own", seed=1)
+        assert w0.execute_command("KV.PREFIX.WARM", "wc|own", H2, D2, "wc|own_attn") == b"%d" % LAYERS2
+    owner = lane_client(addresses[0])
+    want = owner.query_fused("wc|own_attn", 1, *cold_fused_inputs())
+    owner.close()
+    # the cold tier's sync LOOKUP and WARM (the lane's own variants) are routed like the rest:
+    # worker 1 does not answer its own MISS for worker 0's prefix, it names worker 0's lane
+    strict = lane_client(addresses[1], follow_redirects=False)
+    try:
+        with pytest.raises(BinaryLaneError) as lookup:
+            strict.call(CMD_ATTEND_PREFIX_LOOKUP, [b"wc|own_attn", b"0"])
+        with pytest.raises(BinaryLaneError) as warm:
+            strict.call(CMD_KV_PREFIX_WARM, warm_frame("wc|own"))
+        assert (str(lookup.value), str(warm.value)) == (
+            f"ERR ATTEND.PREFIX.LOOKUP session lives on worker 0 {addresses[0]}",
+            f"ERR KV.PREFIX.WARM session lives on worker 0 {addresses[0]}")
+    finally:
+        strict.close()
+    client = lane_client(addresses[1])
+    try:
+        assert client.call(CMD_ATTEND_PREFIX_LOOKUP, [b"wc|own_attn", b"0"]) == b"HIT"
+        assert client.query_fused("wc|own_attn", 1, *cold_fused_inputs()) == want
+        assert client.redirects == 1
+    finally:
+        client.close()
+
+
+def test_a_prefix_only_the_cold_tier_holds_is_promoted_over_resp_and_the_lane_follows_to_that_worker(
+        cold_group: tuple[WorkerGroup, ServerProcess]) -> None:
+    group, front = cold_group
+    with front.client() as other:
+        store_rows(other, "wc|cold", seed=2)
+        assert other.execute_command("KV.PREFIX.WARM", "wc|cold", H2, D2, "wc|cold_attn") == b"%d" % LAYERS2
+    front_lane = BinaryLaneClient("127.0.0.1", int(front.extra_args[front.extra_args.index("--binary-port") + 1]))
+    want = front_lane.query_fused("wc|cold_attn", 0, *cold_fused_inputs())
+    front_lane.close()
+    addresses = lanes(group)
+    with group.worker(1) as w1:  # PionPromptCache's order: LOOKUP (promotes into worker 1), then WARM
+        assert w1.execute_command("KV.PREFIX.LOOKUP", "wc|cold") == b"HIT"
+        assert w1.execute_command("KV.PREFIX.WARM", "wc|cold", H2, D2, "wc|cold_attn") == b"%d" % LAYERS2
+    client = lane_client(addresses[0])
+    try:
+        assert client.query_fused("wc|cold_attn", 0, *cold_fused_inputs()) == want
+        host, port = addresses[1].rsplit(":", 1)
+        assert (client.redirects, client.owner_of("wc|cold_attn")) == (1, (host, int(port)))
     finally:
         client.close()

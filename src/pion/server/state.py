@@ -51,7 +51,7 @@ def build_state(config: ServerConfig, worker: WorkerRuntime | None = None,
     table = build_table()
     cold_tier = install_cold_tier(config, stores, receipt, table.specs)  # None without --cold-tier
     if worker is not None:
-        route_table(table, worker)
+        route_table(table, worker, cold_tier.binary_specs if cold_tier is not None else None)
     dispatcher = Dispatcher(table.specs, config.requirepass, config.slowlog_log_slower_than_us,
                             config.slowlog_max_len, tenants=tenants)
     state = ServerState(config=config, started_at=time.time(), stores=stores, receipt=receipt,

@@ -53,6 +53,7 @@ from pion.server.workers.peer import PEER_NAME
 from pion.server.workers.runtime import WorkerRuntime
 
 if TYPE_CHECKING:
+    from pion.server.commands.spec import CommandSpec
     from pion.server.commands.table import CommandTable
     from pion.server.context import CommandContext, ServerState
 
@@ -539,8 +540,12 @@ def _shared_wrappers(worker_id: int, forwarded: set[str]) -> dict[str, Wrapper]:
     return wrappers
 
 
-def route_table(table: CommandTable, runtime: WorkerRuntime) -> None:
-    """Replace the handlers that need the group (module docstring) in ``table.specs``."""
+def route_table(table: CommandTable, runtime: WorkerRuntime,
+                lane_specs: dict[str, CommandSpec] | None = None) -> None:
+    """Replace the handlers that need the group (module docstring) in ``table.specs``, and in
+    ``lane_specs`` — the cold tier's sync Stage-2 variants the binary lane lays over the table
+    (``ColdBridge.binary_specs``): routed the same way, a lane frame naming another worker's
+    prefix answers the redirect instead of this worker's MISS (docs/workers.md)."""
     if runtime.independent:
         wrappers: dict[str, Wrapper] = {"PION.STATS": _stats_wrapper}
     else:
@@ -550,11 +555,12 @@ def route_table(table: CommandTable, runtime: WorkerRuntime) -> None:
         for name in table.specs:
             if name.startswith("ATTEND.PREFIX."):
                 wrappers[name] = _attend_wrapper
-    for name, wrap in wrappers.items():
-        spec = table.specs.get(name)
-        if spec is not None:
-            table.specs[name] = dataclasses.replace(spec, handler=wrap(name, spec.handler),
-                                                    forwarded=wrap is _forward_wrapper)
+    for specs in (table.specs, lane_specs or {}):
+        for name, wrap in wrappers.items():
+            spec = specs.get(name)
+            if spec is not None:
+                specs[name] = dataclasses.replace(spec, handler=wrap(name, spec.handler),
+                                                  forwarded=wrap is _forward_wrapper)
 
 
 

@@ -143,11 +143,6 @@ class Supervisor:
         config = self.config
         if not plain_binary_lane(config):
             return 0
-        if config.cold_tier and not config.independent_workers:
-            # The lane runs the cold tier's sync Stage-2 variants, which the routing does not
-            # wrap yet: no lane rather than one that skips the redirects (docs/workers.md).
-            log.warning("binary lane: off under -w N with --cold-tier (ATTEND.* works over RESP)")
-            return 0
         wanted = config.binary_port if config.binary_port > 0 else (port + 1 if config.port else 0)
         n = config.workers
         try:
