@@ -11,19 +11,30 @@ The ghost list holds at most ``--admission-window`` names (the oldest is forgott
 not persisted: it is a few bytes per name, and after a restart a prefix is simply deferred once
 more. Re-registering a namespace that is already held is never deferred. Only the KV.PREFIX
 registration is gated; raw ``V.CREATE`` sessions are the caller's own business.
+
+Under ``pion-server -w N`` (shared mode) the workers share one ghost list
+(``workers/ghosts.py``, in shared memory), so a namespace deferred on worker 0 is admitted on
+its second registration whichever worker that reaches; its eviction is a ring of the last
+``--admission-window`` deferrals (the same bound), and ``admission_ghost_entries`` /
+``admission_ghost_evictions`` are the group's.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pion.server.workers.ghosts import SharedGhosts
 
 POLICIES = ("always", "2hit")
 
 
 class Admission:
-    """One worker's admission policy and its ghost list (names only, never K/V bytes)."""
+    """One worker's admission policy and its ghost list (names only, never K/V bytes); with
+    ``shared`` (``-w N``), the group's list instead of this process's own."""
 
-    def __init__(self, policy: str = "always", window: int = 65536) -> None:
+    def __init__(self, policy: str = "always", window: int = 65536, shared: SharedGhosts | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"admission policy must be one of {POLICIES}, got {policy!r}")
         if window < 1:
@@ -31,7 +42,8 @@ class Admission:
         self.policy = policy
         self.window = window
         self._ghosts: OrderedDict[str, None] = OrderedDict()
-        self.ghost_evictions = 0  # names forgotten before their second registration
+        self._evictions = 0  # names forgotten before their second registration
+        self.shared = shared if policy == "2hit" else None
 
     @property
     def two_hit(self) -> bool:
@@ -41,23 +53,36 @@ class Admission:
         """Decide one valid REGISTER of ``ns`` (``held``: already registered). A deferral records
         ``ns`` in the ghost list; an admission leaves it there until ``admitted`` is called, so a
         registration that then fails (OOM) is not lost from the list."""
-        if not self.two_hit or held or ns in self._ghosts:
+        if not self.two_hit or held:
+            return False
+        if self.shared is not None:
+            return self.shared.sight(ns)
+        if ns in self._ghosts:
             return False
         ghosts = self._ghosts
         ghosts[ns] = None
         if len(ghosts) > self.window:
             ghosts.popitem(last=False)
-            self.ghost_evictions += 1
+            self._evictions += 1
         return True
 
     def admitted(self, ns: str) -> None:
         """``ns`` was registered: it leaves the ghost list."""
-        self._ghosts.pop(ns, None)
+        if self.shared is not None:
+            self.shared.admitted(ns)
+        else:
+            self._ghosts.pop(ns, None)
 
     def clear(self) -> None:
         """FLUSHALL forgets the ghosts too (nothing about old namespaces survives it)."""
         self._ghosts.clear()
+        if self.shared is not None:
+            self.shared.clear()
 
     @property
     def ghost_entries(self) -> int:
-        return len(self._ghosts)
+        return self.shared.entries if self.shared is not None else len(self._ghosts)
+
+    @property
+    def ghost_evictions(self) -> int:
+        return self.shared.evictions if self.shared is not None else self._evictions

@@ -56,7 +56,8 @@ def build_state(config: ServerConfig, worker: WorkerRuntime | None = None,
                             config.slowlog_max_len, tenants=tenants)
     state = ServerState(config=config, started_at=time.time(), stores=stores, receipt=receipt,
                         embedder=embedder, persist=persist, table=table, dispatcher=dispatcher,
-                        tenants=tenants, admission=Admission(config.admission, config.admission_window),
+                        tenants=tenants, admission=Admission(config.admission, config.admission_window,
+                                                            worker.ghosts if worker is not None else None),
                         worker=worker, cold_tier=cold_tier, tls=tls)
     state.network = PionServer(state, dispatcher)
     return state

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pion.server.workers.directory import Directory
+from pion.server.workers.ghosts import SharedGhosts
 from pion.server.workers.peer import PeerLink, SharedLink
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class WorkerRuntime:
     # Each worker's own ATTEND binary-lane address (empty: the lane is off); binary_lane.py
     # names these in its redirects.
     binary_addresses: Sequence[WorkerAddress] = ()
+    # --admission 2hit: the ghost list every worker shares (ghosts.py; None: not 2hit, or independent)
+    ghosts: SharedGhosts | None = None
     # Links by (worker, user): None is the admin (or the --ns-prefix default user), else a tenant's name.
     peers: dict[tuple[int, str | None], PeerLink] = field(default_factory=dict)
     # Links to worker 0 for forwarded keyspace commands, shared by every client of one user,

@@ -36,6 +36,7 @@ from pion.common.logs import setup_logging
 from pion.server.binary_lane import plain_binary_lane
 from pion.server.config import ServerConfig
 from pion.server.workers.directory import Directory
+from pion.server.workers.ghosts import SharedGhosts
 from pion.server.workers.runtime import WorkerAddress, WorkerRuntime
 
 log = logging.getLogger("pion.server.workers")
@@ -112,6 +113,7 @@ class Supervisor:
         self.restarts: list[float] = []
         self.sockets: list[socket.socket] = []
         self.directory: Directory | None = None
+        self.ghosts: SharedGhosts | None = None  # --admission 2hit's shared ghost list (ghosts.py)
         self.addresses: list[WorkerAddress] = []
         self.binary_addresses: list[WorkerAddress] = []  # each worker's own binary-lane address
         self.worker_config = config
@@ -133,6 +135,8 @@ class Supervisor:
         self.worker_config = dataclasses.replace(config, port=port, binary_port=self._reserve_binary(port, base))
         if not config.independent_workers:
             self.directory = Directory.create(config.directory_slots, config.data_dir)
+            if config.admission == "2hit":
+                self.ghosts = SharedGhosts.create(config.admission_window, config.data_dir)
         (config.data_dir / COUNT_FILE).write_text(f"{config.workers}\n")
 
     def _reserve_binary(self, port: int, base: int) -> int:
@@ -182,7 +186,8 @@ class Supervisor:
                 os.close(child.ready_fd)
         setup_logging(self.config.loglevel, tag=f"w{worker_id}")
         runtime = WorkerRuntime(worker_id, tuple(self.addresses), self.directory, self.config.requirepass,
-                                self.config.worker_placement, binary_addresses=tuple(self.binary_addresses))
+                                self.config.worker_placement, binary_addresses=tuple(self.binary_addresses),
+                                ghosts=self.ghosts)
 
         def ready() -> None:
             os.write(ready_fd, b"R")
@@ -297,6 +302,9 @@ class Supervisor:
         if self.directory is not None:
             self.directory.destroy()
             self.directory = None
+        if self.ghosts is not None:
+            self.ghosts.destroy()
+            self.ghosts = None
 
 
 def _signal(pid: int, sig: int) -> None:
