@@ -11,6 +11,12 @@ online-softmax merge of all the parts.
 
 QUERY answers an LSE only for M > 1 rows, so a one-row (decode) query is sent twice and the
 first row kept: same result, and it needs no protocol change.
+
+Under ``pion-server -w N`` a chain's segments may live on different workers (each segment is
+stored through whatever worker the connection reached). A segment whose warm check or WARM is
+answered ``session lives on worker N <host:port>`` is checked once more on that worker, through
+a connection opened for it (same settings, one per owner address, kept by ``Stage2Restore``);
+``ChainLane`` then sends one pipeline per owner per layer and merges the parts in chain order.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 import redis
 import torch
 
+from pion.client.redirect import parse_redirect
 from pion.client.stage2.lanes import Stage2Counters
 from pion.client.stage2.wire import attend_sid, is_coldmiss, lookup_layers, warm
 from pion.llm.segments import ChainLink, ModelShape
@@ -43,15 +50,20 @@ class RemoteChain:
 
 
 class ChainLane:
-    """Prefix attention over several remote segments (in chain order) plus the local tokens."""
+    """Prefix attention over several remote segments (in chain order) plus the local tokens.
+
+    ``conns``: the connection each segment is attended through (its owner worker's under
+    ``-w N``); default ``conn`` for every segment.
+    """
 
     def __init__(self, conn: Any, sids: list[str], shape: ModelShape, namespaces: list[str],
-                 counters: Stage2Counters) -> None:
+                 counters: Stage2Counters, conns: list[Any] | None = None) -> None:
         self.conn = conn
         self.sids = sids
         self.shape = shape
         self.namespaces = namespaces
         self.counters = counters
+        self.conns = conns if conns is not None else [conn] * len(sids)
 
     def attend(self, layer_idx: int, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                scaling: float, local_mask: torch.Tensor | None) -> torch.Tensor:
@@ -65,8 +77,8 @@ class ChainLane:
             if not is_coldmiss(exc):
                 raise
             self.counters.cold_rehydrates_observed += 1
-            for ns in self.namespaces:
-                warm(self.conn, ns, self.shape.n_kv_heads, self.shape.head_dim)
+            for seg_conn, ns in zip(self.conns, self.namespaces, strict=True):
+                warm(seg_conn, ns, self.shape.n_kv_heads, self.shape.head_dim)
             replies = self._query(layer_idx, h_q, d, blob)
         rows = wire.shape[1]
         qf = query[0].float()
@@ -80,15 +92,22 @@ class ChainLane:
         return out[None].to(query.dtype)
 
     def _query(self, layer_idx: int, h_q: int, d: int, blob: memoryview) -> list[bytes]:
+        """Every segment's QUERY reply in chain order: one pipeline per owner connection."""
         self.counters.wire_calls += 1
-        pipe = self.conn.pipeline(transaction=False)
-        for sid in self.sids:
-            pipe.execute_command("ATTEND.PREFIX.QUERY", sid, layer_idx, h_q, d, 0, blob)
-        replies = pipe.execute(raise_on_error=False)
+        by_conn: dict[int, tuple[Any, list[int]]] = {}
+        for index, seg_conn in enumerate(self.conns):
+            by_conn.setdefault(id(seg_conn), (seg_conn, []))[1].append(index)
+        replies: list[Any] = [None] * len(self.sids)
+        for seg_conn, indices in by_conn.values():
+            pipe = seg_conn.pipeline(transaction=False)
+            for index in indices:
+                pipe.execute_command("ATTEND.PREFIX.QUERY", self.sids[index], layer_idx, h_q, d, 0, blob)
+            for index, reply in zip(indices, pipe.execute(raise_on_error=False), strict=True):
+                replies[index] = reply
         for reply in replies:  # the server's own error (redis-py would prefix "Command # n ...")
             if isinstance(reply, Exception):
                 raise reply
-        return list(replies)
+        return replies
 
 
 class Stage2Restore:
@@ -98,26 +117,52 @@ class Stage2Restore:
         self.conn_fn = conn_fn  # () -> redis client or None (server down)
         self.shape = shape
         self.counters = Stage2Counters()
+        self.redirects = 0  # segments found on another worker of -w N (module docstring)
+        self._owners: dict[tuple[str, int], Any] = {}  # owner address -> its connection
 
     def restore(self, links: Sequence[ChainLink]) -> RemoteChain | None:
         """The longest leading run of ``links`` whose ATTEND side is (made) warm; None if none."""
         conn = self.conn_fn()
         if conn is None or not links:
             return None
-        n = 0
+        conns: list[Any] = []
         try:
             for link in links:
-                states = lookup_layers(conn, attend_sid(link.namespace), self.shape.n_layers)
-                if any(state != "HIT" for state in states):
-                    if warm(conn, link.namespace, self.shape.n_kv_heads, self.shape.head_dim) != self.shape.n_layers:
-                        break
-                n += 1
+                seg_conn = self._warm_on_owner(conn, link.namespace)
+                if seg_conn is None:
+                    break
+                conns.append(seg_conn)
         except redis.RedisError as exc:
-            if n == 0 or "not found" not in str(exc):
-                logger.info("stage 2: chain restore stopped after %d segment(s): %s", n, exc)
+            if not conns or "not found" not in str(exc):
+                logger.info("stage 2: chain restore stopped after %d segment(s): %s", len(conns), exc)
+        n = len(conns)
         if n == 0:
             return None
         chain = list(links[:n])
         lane = ChainLane(conn, [attend_sid(link.namespace) for link in chain], self.shape,
-                         [link.namespace for link in chain], self.counters)
+                         [link.namespace for link in chain], self.counters, conns)
         return RemoteChain(n, sum(link.n_tokens for link in chain), lane)
+
+    def _warm_on_owner(self, conn: Any, ns: str) -> Any | None:
+        """Make ``ns``'s ATTEND side warm; the connection it lives on (``conn``, or its owner's
+        after one redirect), or None when WARM rebuilt fewer layers than the model has."""
+        try:
+            return conn if self._warm(conn, ns) else None
+        except redis.ResponseError as exc:
+            target = parse_redirect(exc)
+            if target is None:
+                raise
+        self.redirects += 1
+        owner = self._owners.get((target.host, target.port))
+        if owner is None:
+            pool = conn.connection_pool
+            kwargs = {**pool.connection_kwargs, "host": target.host, "port": target.port}
+            owner = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+            self._owners[(target.host, target.port)] = owner
+        return owner if self._warm(owner, ns) else None
+
+    def _warm(self, conn: Any, ns: str) -> bool:
+        states = lookup_layers(conn, attend_sid(ns), self.shape.n_layers)
+        if all(state == "HIT" for state in states):
+            return True
+        return bool(warm(conn, ns, self.shape.n_kv_heads, self.shape.head_dim) == self.shape.n_layers)
