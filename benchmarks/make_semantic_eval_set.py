@@ -87,6 +87,10 @@ def intent_pairs(rng: random.Random, dom: dict[str, Any], intent: dict[str, Any]
     for k, slots in enumerate(fills):
         a, b = fill(phr[0], slots), fill(intent["neg"], slots)
         pairs.append(("negation", a, b) if k == 0 else ("negation", b, a))
+    for n_opp, template in enumerate(intent.get("opp", ())):  # the opposite-action families only
+        for k, slots in enumerate(fills):
+            a, b = fill(phr[(n_opp + k + 1) % len(phr)], slots), fill(template, slots)
+            pairs.append(("negation", a, b) if (n_opp + k) % 2 == 0 else ("negation", b, a))
     for slots in fills:
         i = rng.randrange(len(phr))
         q = rng.choice(dom["scope"])

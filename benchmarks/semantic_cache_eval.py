@@ -1,6 +1,6 @@
 """Does the L1 cache serve the paraphrases it should, and no wrong answers? (issue 18)
 
-Data: ``benchmarks/data/semantic_eval_pairs.jsonl`` (1,540 question pairs) and
+Data: ``benchmarks/data/semantic_eval_pairs.jsonl`` (2,092 question pairs) and
 ``semantic_eval_conversations.jsonl`` (280 conversation pairs), made by
 ``make_semantic_eval_set.py`` and split train/dev/test by domain family before tuning.
 Each item is (cached request ``a``, new request ``b``); ``paraphrase`` items should be
