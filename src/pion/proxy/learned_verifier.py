@@ -7,7 +7,8 @@ right whenever they fire) and replaces the word-list decision with a score:
 
   features = ``token_align.features`` (sentence cosine and BERTScore-style best-match
   statistics of content words and of every word, both directions) + the WordNet
-  alignment counts (``verifier.Verifier.align``) + whether the aligned verifier serves;
+  alignment counts (``verifier.Verifier.align``) + whether the aligned verifier serves +
+  whether the two questions' action directions differ (``opposites.actions``);
   score = sigmoid(coef . (features - mean) / scale + intercept); serve when the sentence
   cosine is at least ``floor`` and the score at least ``threshold``.
 
@@ -33,13 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
+from pion.proxy import opposites
 from pion.proxy.token_align import FEATURES, Encoded, TokenEncoder, features
 from pion.proxy.verifier import Verdict, Verifier
 
 WEIGHTS = Path(__file__).with_name("learned_verifier.json")
 WEIGHTS_VERSION = 1
 # Features the verifier adds to ``token_align.FEATURES`` from the WordNet alignment.
-EXTRA_FEATURES = ("wn_unaligned", "wn_one_side", "aligned_ok")
+EXTRA_FEATURES = ("wn_unaligned", "wn_one_side", "aligned_ok", "directions_differ")
 ALL_FEATURES = (*FEATURES, *EXTRA_FEATURES)
 _ENCODED_CACHE = 4096  # cached questions' encodings kept: a popular entry is encoded once
 
@@ -87,8 +89,11 @@ def pair_features(verifier: Verifier, query: Encoded, cached: Encoded) -> np.nda
     al = verifier.align(query.text, cached.text)
     nq, nc = len(al.only_query), len(al.only_cached)
     aligned_ok = verifier.decide(float(query.sentence @ cached.sentence), al).ok
+    # Action directions that differ without opposing outright ("hide the forum" / "find
+    # the forum", "stop the alerts" / "follow the alerts"): evidence the hard check leaves.
+    differ = opposites.actions(query.text).directions != opposites.actions(cached.text).directions
     return np.concatenate([features(query, cached), [float(nq + nc), float((nq == 0) != (nc == 0)),
-                                                     float(aligned_ok)]])
+                                                     float(aligned_ok), float(differ)]])
 
 
 class LearnedVerifier:

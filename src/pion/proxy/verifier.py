@@ -9,7 +9,8 @@ aligned verifier keeps the guard's hard checks, which are right whenever they fi
      (numbers, dates, negation count), antonyms from the guard and WordNet, WordNet
      co-hyponyms swapped for each other (spring vs autumn: alternatives, not synonyms),
      a named-entity gate (a capitalised name on one side only: Flixora vs Streamly) and
-     a direction check ("from A to B" vs "from B to A");
+     a direction check ("from A to B" vs "from B to A") and opposite actions
+     ("turn on" vs "switch off", "stop sharing" vs "share": ``opposites.py``);
   2. content words aligned across the two questions: same stem, or a WordNet synonym or
      one-hop relative (hypernym, verb group, similar-to, derivation) among the words the
      other side has instead (``lexicon.py``);
@@ -32,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from pion.proxy import guard
+from pion.proxy import guard, opposites
 from pion.proxy.lexicon import WordNetLexicon
 
 # Refusal reasons, the label values of /metrics and keys of /v1/stats.
@@ -159,6 +160,9 @@ class Verifier:
                     return Verdict(False, "negation", f"antonyms: {a} vs {b}")
                 if self.lexicon.loaded and self.lexicon.cohyponyms(a, b):
                     return Verdict(False, "entity", f"alternatives: {a} vs {b}")
+        opposite = opposites.opposite_actions(query, cached)
+        if opposite is not None:
+            return Verdict(False, "negation", opposite)
         dq, dc = _direction(query), _direction(cached)
         if dq and dc and dq != dc and set(dq) == set(dc):
             return Verdict(False, "negation", f"direction differs: {dq[0]} -> {dq[1]} vs {dc[0]} -> {dc[1]}")
