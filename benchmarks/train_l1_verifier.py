@@ -14,9 +14,20 @@ Which split decides what (the test split is never read here):
     train question one content word is replaced by a content word of another train
     question that neither stem nor WordNet relates to it (a different request: label trap),
     and each train question paired with itself is a positive. Seeded; train texts only;
+  * train, refused items too (``--no-fit-refused`` turns it off): the fit also sees the
+    train pairs the hard checks refuse (opposite actions, swapped names): more examples
+    of what a trap looks like to the token alignment, for the traps the checks miss;
   * dev: the candidate floor (0.65-0.8), the regularisation C and the score threshold:
     the most dev paraphrase pairs served (+ a quarter of the dev conversation share) with
-    <= 1.5% of dev trap pairs and no dev trap conversation served, a margin under the 2% goal.
+    <= 1.5% of dev trap pairs and no dev trap conversation served, a margin under the 2% goal,
+    and (``--no-train-bound`` turns it off) <= 1.5% of the train split's own trap pairs:
+    a threshold that serves more of the traps the model was fitted on will not hold on
+    unseen families.
+
+Third round (after the enlarged train/dev splits, before the third scoring of test), on
+dev: refused items fitted + train bound 83.6% of dev paraphrase pairs / 1.4% dev traps;
+hard-passing items only + train bound 75.8% / 1.4%; refused items fitted, no train bound
+84.4% / 1.4% but 3.0% of the train traps served. The first is the default.
 
 Data: ``benchmarks/data/semantic_eval_pairs.jsonl`` and ``semantic_eval_conversations.jsonl``
 (split by domain family before any tuning; see ``semantic_cache_eval.py``).
@@ -125,12 +136,16 @@ def served(w: LearnedWeights, x: np.ndarray, hard: np.ndarray) -> tuple[np.ndarr
     return scores, cand
 
 
-def best_threshold(scores: np.ndarray, hit: np.ndarray, pair: np.ndarray) -> tuple[float, float] | None:
-    """(objective, threshold) on dev items: the lowest threshold that keeps the trap bounds."""
+def best_threshold(scores: np.ndarray, hit: np.ndarray, pair: np.ndarray,
+                   train_trap_scores: np.ndarray | None = None) -> tuple[float, float] | None:
+    """(objective, threshold) on dev items: the lowest threshold that keeps the trap bounds
+    (with ``train_trap_scores``, the train split's own trap pairs held to the same bound)."""
     best: tuple[float, float] | None = None
     for t in np.unique(np.concatenate([scores[scores >= 0], [1.0]])):
         s = scores >= t
         if s[pair & ~hit].mean() > TRAP_BOUND or s[~pair & ~hit].sum() > 0:
+            continue
+        if train_trap_scores is not None and (train_trap_scores >= t).mean() > TRAP_BOUND:
             continue
         objective = s[pair & hit].mean() + CONV_WEIGHT * s[~pair & hit].mean()
         if best is None or objective > best[0] + 1e-9:
@@ -149,6 +164,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=WEIGHTS)
     parser.add_argument("--no-synthetic", dest="synthetic", action="store_false",
                         help="fit on the train split's own items only")
+    parser.add_argument("--no-train-bound", dest="train_bound", action="store_false",
+                        help="bound only the dev traps (before the third round: train traps unbounded)")
+    parser.add_argument("--no-fit-refused", dest="fit_refused", action="store_false",
+                        help="fit only on train items the hard checks pass (before the third round)")
     parser.add_argument("--near-swaps", action="store_true",
                         help="also swap words for their nearest unrelated neighbours (dev preferred off)")
     args = parser.parse_args()
@@ -170,13 +189,18 @@ def main() -> None:
     pair = np.array([it.kind == "pair" for it in items])
     train = np.array([it.split == "train" for it in items])
     dev = ~train
+    real_train = train & np.array([it.a != it.b and it.category != "synthetic_swap" for it in items])
     best: tuple[float, LearnedWeights] | None = None
     for floor in FLOORS:
-        fit_rows = train & hard & (x[:, 0] >= floor)
+        fit_rows = train & (hard | args.fit_refused) & (x[:, 0] >= floor)
         for c in CS:
             w = fit_one(x[fit_rows], hit[fit_rows], c, floor)
             scores, _ = served(w, x[dev], hard[dev])
-            found = best_threshold(scores, hit[dev], pair[dev])
+            train_traps = None
+            if args.train_bound:
+                sel = real_train & pair & ~hit
+                train_traps = served(w, x[sel], hard[sel])[0]
+            found = best_threshold(scores, hit[dev], pair[dev], train_traps)
             if found is None:
                 continue
             print(f"  floor {floor} C {c}: dev objective {found[0]:.3f} at threshold {found[1]:.4f}")
@@ -192,7 +216,9 @@ def main() -> None:
         print(report(name, scores >= w.threshold, hit[real], pair[real]))
     if not args.dry_run:
         args.out.write_text(w.to_json("benchmarks/train_l1_verifier.py: coef on train"
-                                     f"{' + synthetic swaps' if args.synthetic else ''}, floor/C/threshold on dev"))
+                                     f"{' + synthetic swaps' if args.synthetic else ''}"
+                                     f"{' (hard-refused items too)' if args.fit_refused else ''}, "
+                                     f"floor/C/threshold on dev{' + train trap bound' if args.train_bound else ''}"))
         print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
 
 

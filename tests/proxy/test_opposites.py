@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pion.proxy.opposites import actions, opposite_actions
+from pion.proxy.opposites import actions, opposite_actions, prefix_opposites
 from pion.proxy.verifier import Verdict, Verifier
 
 
@@ -31,6 +31,10 @@ def test_a_participle_after_a_determiner_is_a_state_not_the_action_asked_for() -
     ("How do I invite a guest to the Zentro channel?", "How can I remove a guest from the Zentro channel?"),
     ("How do I pin a message in Zentro?", "How do I stop Zentro from pinning messages?"),
     ("How can I raise the volume limit on the speaker?", "How do I lower the volume limit on the speaker?"),
+    ("How do I enable the hotspot on my tablet?", "How do I keep my tablet from enabling the hotspot?"),
+    ("How do I encode a video for the Zentro player?", "How do I decode a video for the Zentro player?"),
+    ("Is the red kettle in stock?", "Is the red kettle out of stock?"),
+    ("How do I give my sister access to the calendar?", "How do I take away my sister's access to the calendar?"),
 ])
 def test_opposite_requests_are_named(cached: str, query: str) -> None:
     found = opposite_actions(query, cached)
@@ -43,9 +47,17 @@ def test_opposite_requests_are_named(cached: str, query: str) -> None:
     ("How do I restore a deleted Zentro chat?", "How can I get back a removed Zentro chat?"),
     ("How do I delete my Zentro account?", "How can I remove my Zentro account for good?"),
     ("What does Zentro cost per month?", "How much is Zentro a month?"),
+    ("How do I copy my notes out of Zentro?", "How do I export the notes I have in Zentro?"),
+    ("How do I keep my streak in Zentro?", "How can I hold on to my Zentro streak?"),
 ])
 def test_requests_in_the_same_direction_or_without_one_are_left_alone(cached: str, query: str) -> None:
     assert opposite_actions(query, cached) is None
+
+
+def test_opposed_prefixes_need_the_same_stem_of_three_letters_or_more() -> None:
+    assert [prefix_opposites(a, b) for a, b in (("encrypt", "decrypt"), ("upload", "download"), ("mute", "unmute"),
+                                                ("include", "exclude"), ("do", "undo"), ("install", "instruct"))] \
+        == [True, True, True, True, False, False]
 
 
 @pytest.fixture(scope="module")

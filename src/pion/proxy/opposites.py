@@ -27,26 +27,35 @@ from dataclasses import dataclass
 
 # Verbs whose particle decides the direction ("turn on" / "turn off").
 _PHRASAL_VERBS = frozenset({"turn", "switch", "power", "log", "sign", "opt", "plug", "shut", "take", "put",
-                            "hand", "scale", "speed", "slow", "roll", "back", "check"})
-_PARTICLES = frozenset({"on", "off", "in", "out", "up", "down", "back"})
+                            "hand", "scale", "speed", "slow", "roll", "back", "check", "give"})
+_PARTICLES = frozenset({"on", "off", "in", "out", "up", "down", "back", "away"})
 # Joined phrasal verbs and single verbs/adjectives, by direction.
 _PLUS = frozenset("""
 enable activate turn_on switch_on power_on start begin resume launch unmute unpause unlock unblock unhide
 add join subscribe enroll register sign_up sign_in log_in opt_in follow include invite pair link connect attach
-install plug_in put_on hand_in turn_in submit insert share grant allow permit show publish open
+install plug_in put_on hand_in turn_in submit insert share grant give allow permit show publish open public send
 increase raise expand grow boost extend upgrade lift higher more maximize maximise speed_up scale_up
 create restore recover undelete upload import deposit
 """.split())
 _MINUS = frozenset("""
 disable deactivate turn_off switch_off power_off shut_down shut_off stop end pause halt mute cancel cease quit
 lock block hide remove leave unsubscribe withdraw unfollow exclude unpair unlink disconnect detach uninstall
-sign_out log_out opt_out unplug take_off take_back unsubmit unenroll unregister revoke deny forbid unshare
+sign_out log_out opt_out unplug take_off take_back take_away give_up unsubmit unenroll unregister revoke deny
+forbid unshare private
 unpublish close decrease reduce lower shrink downgrade less minimize minimise slow_down scale_down
 delete erase destroy purge wipe download export
 """.split())
 # Operators that reverse the action they govern ("stop sharing", "prevent it from locking");
 # with no action after them they are themselves a -1 ("stop my plan").
 _REVERSERS = frozenset({"stop", "prevent", "avoid", "cease", "quit"})
+_KEEP_FROM = "keep"  # "keep the door from locking": a reverser when "from" follows within reach
+# Prefixes that reverse a stem (encrypt/decrypt, upload/download, include/exclude), tried
+# on words one question has and the other lacks; the shared stem must be 3+ letters.
+_OPPOSED_PREFIXES = (("en", "de"), ("in", "de"), ("up", "down"), ("in", "out"), ("im", "ex"), ("in", "ex"),
+                     ("over", "under"), ("pre", "post"), ("", "un"), ("", "dis"), ("", "de"), ("", "non"),
+                     ("", "anti"), ("re", "un"), ("", "mis"))
+# "in stock" / "out of stock": a lower-case state noun right after (not a name: "data in NoteHub").
+_IN_OUT = re.compile(r"\b([Ii]n|[Oo]ut of) ([a-z]+)\b")
 _REVERSE_REACH = 6  # tokens after the operator searched for the action ("stop the Kestrel van from locking")
 _PHRASAL_GAP = 3  # words allowed between a phrasal verb and its particle ("take the yoga class off")
 _DETERMINERS = frozenset({"a", "an", "the", "my", "your", "his", "her", "our", "their", "this", "that", "its"})
@@ -114,8 +123,8 @@ def actions(text: str) -> Actions:
     for i, tok in enumerate(tokens):
         if i in skip:
             continue
-        if tok in _REVERSERS:
-            reach = range(i + 1, min(i + 1 + _REVERSE_REACH, len(tokens)))
+        reach = range(i + 1, min(i + 1 + _REVERSE_REACH, len(tokens)))
+        if tok in _REVERSERS or (tok.startswith(_KEEP_FROM) and any(tokens[j] == "from" for j in reach)):
             gerunds += [tokens[j] for j in reach if tokens[j].endswith("ing") and len(tokens[j]) > 5]
             governed = next((j for j in reach if _direction(tokens[j]) != 0), None)
             if governed is not None:
@@ -142,9 +151,32 @@ def _reversed_shared_action(a: Actions, b: Actions) -> str | None:
     return None
 
 
+def prefix_opposites(a: str, b: str) -> bool:
+    """``a`` and ``b`` are one stem under opposed prefixes (encrypt/decrypt, lock/unlock)."""
+    for pa, pb in _OPPOSED_PREFIXES:
+        for x, y in ((a, b), (b, a)):
+            if x.startswith(pa) and y.startswith(pb) and len(x) - len(pa) >= 3 and x[len(pa):] == y[len(pb):]:
+                return True
+    return False
+
+
+def _in_out(text: str) -> dict[str, str]:
+    return {m.group(2): m.group(1).lower() for m in _IN_OUT.finditer(text)}
+
+
 def opposite_actions(query: str, cached: str) -> str | None:
     """A description when the two questions ask for opposite actions, else None."""
     aq, ac = actions(query), actions(cached)
+    only_q = set(aq.tokens) - set(ac.tokens)
+    only_c = set(ac.tokens) - set(aq.tokens)
+    for x in sorted(only_q):
+        for y in sorted(only_c):
+            if prefix_opposites(x, y):
+                return f"opposite actions: {x} vs {y}"
+    iq, ic = _in_out(query), _in_out(cached)
+    for word in sorted(set(iq) & set(ic)):
+        if iq[word] != ic[word]:
+            return f"opposite actions: {iq[word]} {word} vs {ic[word]} {word}"
     dq, dc = aq.directions, ac.directions
     if len(dq) == 1 and len(dc) == 1 and dq != dc:
         return f"opposite actions: {[w for w, _ in aq.words]} vs {[w for w, _ in ac.words]}"
