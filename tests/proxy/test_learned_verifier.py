@@ -117,3 +117,13 @@ def test_the_config_accepts_learned_and_names_the_choices_otherwise() -> None:
     with pytest.raises(ConfigError) as info:
         ServeConfig(verifier="learnt")
     assert str(info.value) == "verifier: 'learnt' is not one of guard, aligned, learned"
+
+
+def test_one_question_runs_the_traced_model_with_the_eager_models_outputs(learned_verifier: LearnedVerifier) -> None:
+    encoder = learned_verifier.encoder
+    assert encoder._traced is not None
+    text = "Where do I switch off the Quorbit night mode on my tablet?"
+    traced, eager = encoder.encode([text])[0], encoder.encode([text], traced=False)[0]
+    assert (traced.words, eager.words) == (("switch", "off", "quorbit", "mode", "tablet"),) * 2
+    assert (float(abs(traced.sentence - eager.sentence).max()) < 1e-5,
+            float(abs(traced.ctx - eager.ctx).max()) < 1e-5) == (True, True)
