@@ -16,8 +16,10 @@ point one way, each the other way, ask for opposite things: a hard refusal (reas
 checks: "restore a deleted file" (+ and -) says nothing by itself.
 
 The direction lexicon is general English action verbs grouped by what they do, written
-with the train split's opposite-action families (devices, files) in view and checked on
-train and dev paraphrases (it must never refuse one); the test split was not read.
+with the train split's opposite-action families (devices, files) in view and extended
+for the traps train still leaked; dev set the operator's reach (6 tokens: "stop the
+Corvin van from locking") and checked that no train or dev paraphrase is refused (none
+of 840 pairs and 80 conversations is). The test split was not read while writing it.
 """
 
 from __future__ import annotations
