@@ -81,11 +81,39 @@ def high_table(width: int, shift: int) -> np.ndarray:
     return values.view(np.dtype((np.void, 4 * per_byte))).reshape(256)
 
 
+@cache
+def seven_bit_table() -> np.ndarray:
+    """index (2-bit plane byte | 1-bit plane nibble << 8) -> the 4 codes' high parts (bits 4-6) as
+    float32, one complex128 each: 7-bit codes decode with one gather for both high planes."""
+    index = np.arange(4096)
+    values = np.empty((4096, 4), dtype=np.float32)
+    for i in range(4):
+        values[:, i] = ((index >> (2 * i)) & 3) * 16 + ((index >> (8 + i)) & 1) * 64
+    return values.view(np.complex128).reshape(4096)
+
+
+def _add_seven_bit_high(out: np.ndarray, planes: np.ndarray, kv_dim: int) -> None:
+    """out [n, D] += bits 4-6 of 7-bit codes (one 4096-entry gather: 1.3x faster than two)."""
+    n = planes.shape[0]
+    two = planes[:, kv_dim // 2: kv_dim // 2 + kv_dim // 4]
+    one = planes[:, kv_dim // 2 + kv_dim // 4:]
+    index = np.empty((n, kv_dim // 4), dtype=np.uint16)
+    index[:, 0::2] = one & 15
+    index[:, 1::2] = one >> 4
+    index <<= 8
+    index |= two
+    high: np.ndarray = seven_bit_table()[index]
+    out += high.view(np.float32).reshape(n, kv_dim)
+
+
 def unpack(planes: np.ndarray, kv_dim: int, bits: int) -> np.ndarray:
     """uint8 [n, plane_bytes(D, bits)] -> the unsigned codes as a new float32 [n, D] array."""
     n = planes.shape[0]
     low_pairs: np.ndarray = nibble_table()[planes[:, : kv_dim // 2]]
     out = low_pairs.view(np.float32).reshape(n, kv_dim)
+    if bits == 7:
+        _add_seven_bit_high(out, planes, kv_dim)
+        return out
     start = kv_dim // 2
     for width, shift in _high_planes(bits):
         stop = start + kv_dim * width // 8

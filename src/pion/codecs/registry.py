@@ -50,7 +50,7 @@ register_codec("turbo2", "pion.codecs.turbo", "Turbo2Codec")
 register_codec("mlx4g32", "pion.codecs.mlx4g32", "Mlx4Group32Codec")
 # Issue 20: K per channel over token groups (the KIVI pair's K half; its V half is mlx4g32)
 # and per-head int8/fp8 scales.
-for _bits in (4, 8, 5, 6):  # 5 and 6: issue 20's <= 40% formats
+for _bits in (4, 8, 5, 6, 7):  # 5, 6 and 7: issue 20's <= 40% formats
     for _group in (32, 64, 128):
         register_codec(f"kivi{_bits}g{_group}", "pion.codecs.kivi", f"Kivi{_bits}G{_group}Codec")
 register_codec("int8h64", "pion.codecs.per_head", "Int8H64Codec")
@@ -70,3 +70,5 @@ register_codec("int6h64s128", "pion.codecs.sink_rows", "Int6H64SinkCodec")
 register_codec("int7h64s128", "pion.codecs.sink_rows", "Int7H64SinkCodec")
 register_codec("int6h128s128", "pion.codecs.sink_rows", "Int6H128SinkCodec")
 register_codec("int7h128s128", "pion.codecs.sink_rows", "Int7H128SinkCodec")
+register_codec("kivi7g128s", "pion.codecs.sink_rows", "Kivi7G128SinkCodec")
+register_codec("int5h64s128", "pion.codecs.sink_rows", "Int5H64SinkCodec")

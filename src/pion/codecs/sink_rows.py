@@ -1,4 +1,4 @@
-"""``kivi{5,6}g128s``, ``int{6,7}h{64,128}s128``: a base format, with the first row of every 128-token
+"""``kivi{5,6,7}g128s``, ``int{5,6,7}h64s128``, ``int{6,7}h128s128``: a base format, with the first row of every 128-token
 group kept in fp16.
 
 Why: row 0 of a prefix is the attention sink -- most heads put a large share of their attention on
@@ -132,3 +132,15 @@ class Int7H128SinkCodec(SinkRowCodec):
     """int7h128 + each 128-token group's first row in fp16: 7D/8 + 3D/128 bytes, 45.3% of fp16."""
 
     name, base_name, dim_multiple = "int7h128s128", "int7h128", 128
+
+
+class Kivi7G128SinkCodec(SinkRowCodec):
+    """kivi7g128 + each group's first row in fp16: 7D/8 + 7D/128 bytes, 46.1% of fp16."""
+
+    name, base_name = "kivi7g128s", "kivi7g128"
+
+
+class Int5H64SinkCodec(SinkRowCodec):
+    """int5h64 + each 128-token group's first row in fp16: 5D/8 + 5D/128 bytes, 33.6% of fp16."""
+
+    name, base_name = "int5h64s128", "int5h64"
