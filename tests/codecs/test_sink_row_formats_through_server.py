@@ -1,15 +1,17 @@
 """The first-row-in-fp16 formats (issue 20) through a real pion-server: the <= 40% pair K kivi6g128s +
 V int6h64s128 registers with KV.PREFIX.REGISTER.SCHEMA and restores what the codecs decode, a range
-fetch decodes from its 128-token group, and a write that splits a group is refused."""
+fetch decodes from its 128-token group, a write that splits a group is refused, and the rows come
+back byte for byte after a restart (WAL replay, then a snapshot)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
-from support.procs import ServerProcess
+from support.procs import ServerProcess, start_server
 
 from pion.codecs import get_codec
 
@@ -73,3 +75,27 @@ def test_a_dim_the_sink_formats_cannot_split_is_refused(conn: redis.Redis) -> No
     with pytest.raises(redis.ResponseError) as info:
         conn.execute_command("V.CREATE", "bad_s", 64, "VQUANT", "int7h128s128")
     assert str(info.value) == "kv_dim must be a multiple of 128 for int7h128s128"
+
+
+def test_sink_rows_extended_past_a_group_survive_a_restart_through_the_wal_and_a_snapshot(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "data")
+    data = rows(300, 25)
+    try:
+        r = server.client()
+        r.execute_command("V.CREATE", "sp", KV_DIM, "VQUANT", "int7h64s128")
+        r.execute_command("V.STOREBATCH", "sp", 0, 0, data[:200].tobytes())
+        r.execute_command("V.STOREBATCH", "sp", 0, 128, data[128:].tobytes())  # the tail's group re-sent, filled
+        expected = r.execute_command("V.FETCH", "sp", 0, "RANGE", 0, 300, "DTYPE", "raw")
+        assert expected == get_codec("int7h64s128").encode(data)
+        server.stop()
+        server = start_server(tmp_path / "data", port=server.port)  # WAL replay
+        r = server.client()
+        assert r.execute_command("V.FETCH", "sp", 0, "RANGE", 0, 300, "DTYPE", "raw") == expected
+        assert r.execute_command("SAVE") is True
+        server.stop()
+        server = start_server(tmp_path / "data", port=server.port)  # snapshot load
+        r = server.client()
+        assert fetch_f32(r, "sp", 0, 128, 129).tolist() == [data[128].astype(np.float16).astype(np.float32).tolist()]
+        assert r.execute_command("V.FETCH", "sp", 0, "RANGE", 0, 300, "DTYPE", "raw") == expected
+    finally:
+        server.stop()
