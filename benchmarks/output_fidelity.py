@@ -86,6 +86,9 @@ MIXES: list[tuple[str, str, int, str, str]] = [  # K, V, edge layers, edge K, ed
     ("kivi6g128s", "int6h64s128", 0, "fp16", "fp16"),
     ("kivi5g128s", "int7h64s128", 0, "fp16", "fp16"),
     ("kivi7g128s", "int5h64s128", 0, "fp16", "fp16"),
+    # ... and V on Hadamard-rotated heads with the sink row (same bytes)
+    ("kivi6g128s", "int6h64rs128", 0, "fp16", "fp16"),
+    ("kivi7g128s", "int5h64rs128", 0, "fp16", "fp16"),
 ]
 
 

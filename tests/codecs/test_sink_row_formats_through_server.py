@@ -99,3 +99,14 @@ def test_sink_rows_extended_past_a_group_survive_a_restart_through_the_wal_and_a
         assert r.execute_command("V.FETCH", "sp", 0, "RANGE", 0, 300, "DTYPE", "raw") == expected
     finally:
         server.stop()
+
+
+def test_the_rotated_v_sink_pair_registers_through_schema_and_restores_what_the_codecs_decode(
+        conn: redis.Redis) -> None:
+    k_data, v_data = rows(200, 26), rows(200, 27)
+    assert conn.execute_command("KV.PREFIX.REGISTER.SCHEMA", "rot", KV_DIM, 1, "kivi6g128s", "int6h64rs128") == b"OK"
+    conn.execute_command("V.STOREBATCH", "rot_pk", 0, 0, k_data.tobytes())
+    conn.execute_command("V.STOREBATCH", "rot_pv", 0, 0, v_data.tobytes())
+    assert conn.execute_command("KV.PREFIX.LOOKUP", "rot") == b"HIT"
+    assert fetch_f32(conn, "rot_pv", 0, 0, 200).tolist() == decoded("int6h64rs128", v_data).tolist()
+    assert fetch_f32(conn, "rot_pv", 0, 0, 1).tolist() == [[8.0] * KV_DIM]

@@ -144,3 +144,15 @@ class Int5H64SinkCodec(SinkRowCodec):
     """int5h64 + each 128-token group's first row in fp16: 5D/8 + 5D/128 bytes, 33.6% of fp16."""
 
     name, base_name = "int5h64s128", "int5h64"
+
+
+class Int6H64RotatedSinkCodec(SinkRowCodec):
+    """int6h64r (Hadamard-rotated heads) + each 128-token group's first row in fp16: 39.8% of fp16."""
+
+    name, base_name = "int6h64rs128", "int6h64r"
+
+
+class Int5H64RotatedSinkCodec(SinkRowCodec):
+    """int5h64r (Hadamard-rotated heads) + each 128-token group's first row in fp16: 33.6% of fp16."""
+
+    name, base_name = "int5h64rs128", "int5h64r"
