@@ -53,7 +53,7 @@ def rotate_heads(x: np.ndarray, head_dim: int) -> np.ndarray:
     n, kv_dim = x.shape
     inner = head_dim // 8
     heads = x.reshape(-1, 8, inner)
-    y = np.matmul(sylvester(8), heads)
+    y: np.ndarray = np.matmul(sylvester(8), heads)
     y = np.matmul(y, sylvester(inner))
     y *= np.float32(1 / np.sqrt(head_dim))
     return y.reshape(n, kv_dim)
