@@ -9,7 +9,8 @@ identical greedy completions, teacher-forced top-1 agreement and mean KL.
 
 A configuration is ``K_FORMAT:V_FORMAT`` with optional ``+sinkS`` (the first S tokens of every layer
 kept exact and left out of the K token group's ranges -- an emulation, to see whether protecting the
-attention-sink tokens would pay before building a format for it).
+attention-sink tokens would pay before building a format for it) and/or ``+rotv`` (V's heads
+Hadamard-rotated around V's format, as ``pion.codecs.rotated`` does), e.g. ``kivi6g128:int6h64+rotvsink1``.
 
     .venv/bin/python benchmarks/fidelity_screen.py [--dev-questions 3] [--tokens 50] \
         kivi6g64:int6h64 kivi5g64:int7h64 "kivi5g64:int6h64+sink4" ...
@@ -29,6 +30,7 @@ from pion import load_model
 from pion.client.runtimes.transformers_kv import KvShape, dynamic_cache
 from pion.client.runtimes.transformers_runtime import encode_prompt, eos_ids, generate_ids, prefill
 from pion.codecs import get_codec
+from pion.codecs.rotated import rotate_heads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layer_sensitivity import TEST_QUESTIONS
@@ -36,26 +38,33 @@ from output_fidelity import continue_greedy, teacher_forced
 from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user
 
 
-def round_trip(states: torch.Tensor, fmt: str, sink: int) -> torch.Tensor:
+def round_trip(states: torch.Tensor, fmt: str, sink: int, rotate: bool = False) -> torch.Tensor:
     """[1, H, N, D] through a codec in the V-store's [N, H*D] row layout; the first ``sink`` rows are
-    replaced by row ``sink`` before encoding (out of every range) and restored exactly after."""
+    replaced by row ``sink`` before encoding (out of every range) and restored exactly after; with
+    ``rotate`` each head is Hadamard-rotated before the codec and rotated back after."""
     _, heads, n, head_dim = states.shape
     rows = np.ascontiguousarray(states[0].transpose(0, 1).reshape(n, heads * head_dim).float().numpy())
+    if rotate:
+        rows = rotate_heads(rows, head_dim)
     stored = rows.copy()
     if 0 < sink < n:
         stored[:sink] = stored[sink]
     codec = get_codec(fmt)
     back = np.array(codec.decode(codec.encode(stored), heads * head_dim))
     back[:sink] = rows[:sink]
+    if rotate:
+        back = rotate_heads(back, head_dim)
     return torch.from_numpy(back).reshape(n, heads, head_dim).transpose(0, 1).unsqueeze(0).contiguous()
 
 
-def parse_config(text: str) -> tuple[str, str, int]:
-    """``K:V[+sinkS]`` -> (K format, V format, S)."""
+def parse_config(text: str) -> tuple[str, str, int, bool]:
+    """``K:V[+[rotv][sinkS]]`` -> (K format, V format, S, rotate V)."""
     pair, _, extra = text.partition("+")
     k_fmt, v_fmt = pair.split(":")
+    rotate = "rotv" in extra
+    extra = extra.replace("rotv", "")
     sink = int(extra.removeprefix("sink")) if extra else 0
-    return k_fmt, v_fmt, sink
+    return k_fmt, v_fmt, sink, rotate
 
 
 def stored_fraction(k_fmt: str, v_fmt: str, kv_dim: int) -> float:
@@ -90,11 +99,11 @@ def main() -> None:
     print(f"{len(queries)} dev queries x {args.tokens} tokens ({time.perf_counter() - started:.0f} s)", flush=True)
     print("| K : V | bytes vs fp16 | identical | top-1 | mean KL |\n|---|---:|---:|---:|---:|")
     for text in args.configs:
-        k_fmt, v_fmt, sink = parse_config(text)
+        k_fmt, v_fmt, sink, rotate = parse_config(text)
         same = steps = top1 = 0
         kl = 0.0
         for suffix, ref, logp, exact in prepared:
-            layers = [(round_trip(k, k_fmt, sink), round_trip(v, v_fmt, sink)) for k, v in exact]
+            layers = [(round_trip(k, k_fmt, sink), round_trip(v, v_fmt, sink, rotate)) for k, v in exact]
             cache = dynamic_cache(model.config, layers, torch.float32)
             logits = teacher_forced(model, suffix, cache, ref)
             restored = torch.log_softmax(logits[:len(ref)], dim=-1)
