@@ -79,6 +79,16 @@ MIXES: list[tuple[str, str, int, str, str]] = [  # K, V, edge layers, edge K, ed
     ("kivi5g64", "int6h64", 0, "fp16", "fp16"),
     ("kivi6g128", "mlx4g32", 0, "fp16", "fp16"),
     ("kivi8g128", "int5h64", 0, "fp16", "fp16"),
+    # third round: 7-bit V beside 4/5-bit K, and the formats that keep each 128-token group's first row
+    # (the attention sink) in fp16 -- every pair at 39.8% of fp16's bytes but the first
+    ("kivi4g64", "int7h64", 0, "fp16", "fp16"),
+    ("kivi5g64", "int7h64", 0, "fp16", "fp16"),
+    ("kivi6g128s", "int6h64s128", 0, "fp16", "fp16"),
+    ("kivi5g128s", "int7h64s128", 0, "fp16", "fp16"),
+    ("kivi7g128s", "int5h64s128", 0, "fp16", "fp16"),
+    # ... and V on Hadamard-rotated heads with the sink row (same bytes)
+    ("kivi6g128s", "int6h64rs128", 0, "fp16", "fp16"),
+    ("kivi7g128s", "int5h64rs128", 0, "fp16", "fp16"),
 ]
 
 

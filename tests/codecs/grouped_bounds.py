@@ -79,5 +79,5 @@ def per_head_fp8_bound(x: np.ndarray, head_dim: int) -> np.ndarray:
 
 
 def per_head_narrow_bound(x: np.ndarray, head_dim: int, bits: int) -> np.ndarray:
-    """int6h* / int5h*: the symmetric bound with M = 2^(bits-1) - 1 levels each side, one scale per head."""
+    """int7h* / int6h* / int5h*: the symmetric bound with M = 2^(bits-1) - 1 levels each side, one scale per head."""
     return _symmetric(x, head_dim, 2 ** (bits - 1) - 1)

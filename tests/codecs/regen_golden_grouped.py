@@ -20,10 +20,14 @@ import numpy as np
 from pion.codecs import get_codec
 
 GROUPED_DIR = Path(__file__).resolve().parent.parent / "golden" / "grouped"
-KIVI_FORMATS = [f"kivi{b}g{g}" for b in (4, 5, 6, 8) for g in (32, 64, 128)]
-PER_HEAD_FORMATS = ["int8h64", "int8h128", "fp8h64", "fp8h128", "int6h64", "int6h128", "int5h64", "int5h128"]
-GROUPED_FORMATS = KIVI_FORMATS + PER_HEAD_FORMATS
-INPUTS = {"kivi": ("kivi_input_136x64.f32", 64), "per_head": ("per_head_input_4x128.f32", 128)}
+KIVI_FORMATS = [f"kivi{b}g{g}" for b in (4, 5, 6, 7, 8) for g in (32, 64, 128)]
+PER_HEAD_FORMATS = ["int8h64", "int8h128", "fp8h64", "fp8h128", "int6h64", "int6h128", "int5h64", "int5h128",
+                    "int7h64", "int7h128", "int6h64r", "int5h64r", "int6h128r", "int5h128r"]
+SINK_FORMATS = ["kivi6g128s", "kivi5g128s", "kivi7g128s", "int5h64s128", "int6h64s128", "int7h64s128",
+                "int6h128s128", "int7h128s128", "int6h64rs128", "int5h64rs128"]
+GROUPED_FORMATS = KIVI_FORMATS + PER_HEAD_FORMATS + SINK_FORMATS
+INPUTS = {"kivi": ("kivi_input_136x64.f32", 64), "per_head": ("per_head_input_4x128.f32", 128),
+          "sink": ("sink_input_136x128.f32", 128)}
 
 
 def kivi_input() -> np.ndarray:
@@ -46,8 +50,18 @@ def per_head_input() -> np.ndarray:
     return np.stack([smooth, zeros, constant, wide]).astype("<f4")
 
 
+def sink_input() -> np.ndarray:
+    """136 x 128 for the first-row-in-fp16 formats (one 128-token group + 8 tail rows): the kivi
+    input beside half of itself, with a row 0 unlike the others (an attention sink's K)."""
+    x = np.concatenate([kivi_input(), 0.5 * kivi_input()], axis=1)
+    x[0] = np.where(np.arange(128) % 3 == 0, -40.0, 7.25)
+    return x.astype("<f4")
+
+
 def input_for(name: str) -> tuple[str, np.ndarray]:
     """(input file name, rows) of a format."""
+    if name in SINK_FORMATS:
+        return INPUTS["sink"][0], sink_input()
     if name.startswith("kivi"):
         return INPUTS["kivi"][0], kivi_input()
     return INPUTS["per_head"][0], per_head_input()
@@ -57,6 +71,7 @@ def main() -> None:
     GROUPED_DIR.mkdir(parents=True, exist_ok=True)
     (GROUPED_DIR / INPUTS["kivi"][0]).write_bytes(kivi_input().tobytes())
     (GROUPED_DIR / INPUTS["per_head"][0]).write_bytes(per_head_input().tobytes())
+    (GROUPED_DIR / INPUTS["sink"][0]).write_bytes(sink_input().tobytes())
     for name in GROUPED_FORMATS:
         _, rows = input_for(name)
         codec = get_codec(name)

@@ -14,10 +14,13 @@ from pion.codecs import codec_names, get_codec
 from pion.codecs.base import token_group
 from pion.common.errors import CodecError
 
-KIVI = [f"kivi{b}g{g}" for b in (4, 5, 6, 8) for g in (32, 64, 128)]
+KIVI = [f"kivi{b}g{g}" for b in (4, 5, 6, 7, 8) for g in (32, 64, 128)]
 PER_HEAD = ["int8h64", "int8h128", "fp8h64", "fp8h128"]
-NARROW = ["int6h64", "int6h128", "int5h64", "int5h128"]  # 6/5-bit per head (bit planes)
-NEW = KIVI + PER_HEAD + NARROW
+NARROW = ["int6h64", "int6h128", "int5h64", "int5h128", "int7h64", "int7h128"]  # 5/6/7-bit per head (bit planes)
+SINK = ["kivi6g128s", "kivi5g128s", "kivi7g128s", "int5h64s128", "int6h64s128", "int7h64s128", "int6h128s128",
+        "int7h128s128", "int6h64rs128", "int5h64rs128"]
+ROTATED = ["int6h64r", "int5h64r", "int6h128r", "int5h128r"]  # Hadamard-rotated heads  # first rows fp16
+NEW = KIVI + PER_HEAD + NARROW + SINK + ROTATED
 REAL_KV = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "smollm2_kv_1k.npz"
 
 
@@ -78,6 +81,13 @@ def test_every_new_format_is_registered() -> None:
     ("kivi5g32", 144, 768), ("kivi5g64", 132, 704), ("kivi5g128", 126, 672),
     ("kivi6g32", 168, 896), ("kivi6g64", 156, 832), ("kivi6g128", 150, 800),
     ("int6h64", 150, 800), ("int6h128", None, 784), ("int5h64", 126, 672), ("int5h128", None, 656),
+    ("int7h64", 174, 928), ("int7h128", None, 912),
+    ("kivi6g128s", 153, 816), ("kivi5g128s", 129, 688), ("kivi7g128s", 177, 944), ("int5h64s128", 129, 688),
+    ("kivi7g32", 192, 1024), ("kivi7g64", 180, 960), ("kivi7g128", 174, 928),
+    ("int6h64s128", 153, 816), ("int7h64s128", 177, 944),
+    ("int6h128s128", None, 800), ("int7h128s128", None, 928),
+    ("int6h64r", 150, 800), ("int5h64r", 126, 672), ("int6h128r", None, 784), ("int5h128r", None, 656),
+    ("int6h64rs128", 153, 816), ("int5h64rs128", 129, 688),
 ])
 def test_row_sizes_are_the_documented_ones(name: str, bytes_192: int | None, bytes_1024: int) -> None:
     codec = get_codec(name)
@@ -89,6 +99,8 @@ def test_row_sizes_are_the_documented_ones(name: str, bytes_192: int | None, byt
 @pytest.mark.parametrize("name,dim,multiple", [
     ("kivi4g32", 48, 32), ("kivi8g64", 80, 32), ("kivi4g128", 96, 64), ("int8h64", 96, 64),
     ("fp8h128", 192, 128), ("kivi6g128", 96, 64), ("kivi5g32", 80, 32), ("int6h64", 96, 64), ("int5h128", 192, 128),
+    ("int7h64", 96, 64), ("int7h128", 192, 128), ("kivi6g128s", 96, 64), ("int6h64s128", 32, 64),
+    ("int7h128s128", 192, 128),
 ])
 def test_a_kv_dim_that_does_not_fit_the_groups_is_refused_by_name(name: str, dim: int, multiple: int) -> None:
     with pytest.raises(CodecError) as info:

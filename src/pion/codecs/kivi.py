@@ -1,4 +1,4 @@
-"""``kivi{4,5,6,8}g{32,64,128}``: K quantized per channel over a group of G tokens.
+"""``kivi{4,5,6,7,8}g{32,64,128}``: K quantized per channel over a group of G tokens.
 
 Why: K has outlier channels -- a few of its kv_dim channels carry most of its magnitude in
 *every* token -- so a per-row (per-token) scale is set by the outliers and the other channels
@@ -10,9 +10,9 @@ groups of 32 channels, which is exactly KIVI's V quantizer.)
 The format still has a fixed size per row, so the V-store's row slicing, budgets and snapshots
 work unchanged: a group's per-channel parameters are spread over the group's own G rows.
 
-Layout, per row of D values, b = 4, 5, 6 or 8 bits (D*b/8 + 4*D/G bytes):
+Layout, per row of D values, b = 4, 5, 6, 7 or 8 bits (D*b/8 + 4*D/G bytes):
   [codes   b bits x D]       unsigned; b = 4: byte k = code 2k | code (2k+1) << 4;
-                             b = 5, 6: a low-nibble plane then a high-bits plane (pion.codecs.bitplanes);
+                             b = 5, 6, 7: a low-nibble plane then the high-bit planes (pion.codecs.bitplanes);
                              b = 8: one byte each
   [params  fp16 x 2*D/G]     this row's share of its group's parameters (below)
 
@@ -31,7 +31,7 @@ channel groups of G/2), in one of two modes:
   relative:  v = (x - c) / w, with c_c = bias_c + scale_c * L/2 and w_c = scale_c * L/2 (1 where 0)
              of the last full group before the tail (its channel ranges' centres and half-widths,
              in float32): K's outlier channels are divided out before the per-token codes
-  s_g  = fp16(amax_g(v) / M),  M = 2^(b-1) - 1  (7, 15, 31 or 127)
+  s_g  = fp16(amax_g(v) / M),  M = 2^(b-1) - 1  (7, 15, 31, 63 or 127)
   code = clip(round_half_even(v / s_g), -M, M) + 2^(b-1);  v_hat = (code - 2^(b-1)) * s_g
   x_hat = v_hat (plain) or v_hat * w + c (relative)
 A relative row stores its first scale negated (the sign bit is the flag; -0.0 for a zero scale).
@@ -326,3 +326,22 @@ class Kivi8G128Codec(KiviCodec):
     """8-bit K per channel over 128-token groups: 52% of fp16's bytes."""
 
     name, bits, token_group = "kivi8g128", 8, 128
+
+
+class Kivi7G32Codec(KiviCodec):
+    """7-bit K per channel over 32-token groups: 50% of fp16's bytes."""
+
+    name, bits, token_group = "kivi7g32", 7, 32
+
+
+class Kivi7G64Codec(KiviCodec):
+    """7-bit K per channel over 64-token groups: 46.9% of fp16's bytes."""
+
+    name, bits, token_group = "kivi7g64", 7, 64
+
+
+class Kivi7G128Codec(KiviCodec):
+    """7-bit K per channel over 128-token groups: 45.3% of fp16's bytes (the K side of a <= 40% pair
+    with a 5-bit V)."""
+
+    name, bits, token_group = "kivi7g128", 7, 128

@@ -1,14 +1,17 @@
-"""``int6h64`` / ``int6h128`` / ``int5h64`` / ``int5h128``: 6- and 5-bit symmetric codes, one scale per KV head.
+"""``int{5,6,7}h{64,128}``: 5-, 6- and 7-bit symmetric codes, one scale per KV head.
 
 Why: ``int8h64`` keeps 19/20 SmolLM2 completions at 51.6% of fp16's bytes and every 4-bit V
 format loses about 1.4% of greedy steps; V has no outlier channels, so per token with one scale
 per head is the right axis, and 6 bits (39% of fp16) or 5 bits (33%) is the step between. This
 is int8h64's quantizer with fewer levels; the codes are stored offset to unsigned in the two bit
-planes of ``pion.codecs.bitplanes`` (4 codes in 3 bytes at 6 bits, 8 in 5 at 5 bits).
+planes of ``pion.codecs.bitplanes`` (4 codes in 3 bytes at 6 bits, 8 in 5 at 5 bits, 8 in 7 at
+7 bits). The 7-bit pair (issue 20's third round) is for V beside a 4/5-bit per-channel K: V's
+per-token error dominated the 6-bit pair's losses.
 
-Layout, per row of D values, b = 5 or 6, h = 64 or 128 (D*b/8 + 2*D/h bytes; D % h == 0):
-  [codes   b-bit bit planes, D values]   low nibbles D/2 bytes, then high bits D*(b-4)/8 bytes
-  [scales  fp16 x D/h]                   scale_k = fp16(amax_k / M), M = 2^(b-1) - 1 (31 or 15)
+Layout, per row of D values, b = 5, 6 or 7, h = 64 or 128 (D*b/8 + 2*D/h bytes; D % h == 0):
+  [codes   b-bit bit planes, D values]   low nibbles D/2 bytes, then the high planes D*(b-4)/8 bytes
+                                         (7 bits: a 2-bit plane D/4 bytes, then a 1-bit plane D/8 bytes)
+  [scales  fp16 x D/h]                   scale_k = fp16(amax_k / M), M = 2^(b-1) - 1 (63, 31 or 15)
   code = clip(round_half_even(x / scale_k), -M, M) + 2^(b-1)   (1 .. 2M+1, unsigned)
   x_hat = (code - 2^(b-1)) * scale_k
 Scales are rounded to fp16 before the codes are chosen; an all-zero head has scale 0 and decodes
@@ -25,6 +28,18 @@ Worked example, int6h64, D = 128, head 0 = [0.5, -1.0, 0.25, 0, 0 ...], head 1 =
           2 2 2 2 -> 0xaa ... (16 bytes); head 1: 63 32 32 32 -> 3 2 2 2 -> 0xab, 0xaa ... (16 bytes)
   row = 10 08 00 .. | 0f 00 .. | a3 aa .. | ab aa .. | 21 28 | 74 42   (96 + 4 = 100 bytes)
   x_hat head 0 = [0.516113, -0.999969, 0.258057, 0]  (16 * 0.032257 = 0.516113)
+
+Worked example, int7h64, the same rows:
+  head 0: scale fp16(1/63) = 0.015869 (0x2410); 0.5/s = 31.51 -> 32 -> code 96,
+          -1/s = -63.02 -> -63 (clipped) -> 1, 0.25/s = 15.75 -> 16 -> 80, zeros -> 64
+  head 1: scale fp16(100/63) = 1.58691 (0x3e59); 100/s = 63.01 -> 63 -> 127, zeros -> 64
+  low plane (64 bytes): 96, 1 -> 0x10; 80, 64 -> 0x00; 00 ...; head 1: 127, 64 -> 0x0f, 00 ...
+  bits 4-5 plane (32 bytes, 4 codes a byte): 96 1 80 64 -> 2 0 1 0 -> 0x12; then 0x00 ...;
+          head 1: 127 64 64 64 -> 3 0 0 0 -> 0x03, 0x00 ...
+  bit 6 plane (16 bytes, 8 codes a byte): 96 1 80 64 64 64 64 64 -> 1 0 1 1 1 1 1 1 -> 0xfd; then 0xff ...;
+          head 1: 127 64 ... -> all ones -> 0xff ...
+  row = 10 00 .. | 0f 00 .. | 12 00 .. | 03 00 .. | fd ff .. | ff .. | 10 24 | 59 3e   (112 + 4 = 116 bytes)
+  x_hat head 0 = [0.507812, -0.999756, 0.253906, 0]  (32 * 0.015869 = 0.507812); head 1 [99.975586, 0 ...]
 """
 
 from __future__ import annotations
@@ -103,3 +118,16 @@ class Int5H128Codec(_NarrowPerHeadCodec):
     """5-bit, a scale per 128-value head: 5D/8 + D/64 bytes, 32.0% of fp16."""
 
     name, bits, head_dim = "int5h128", 5, 128
+
+
+class Int7H64Codec(_NarrowPerHeadCodec):
+    """7-bit, a scale per 64-value head: 7D/8 + D/32 bytes, 45.3% of fp16 (V's side of a <= 40% pair
+    with a 4/5-bit per-channel K)."""
+
+    name, bits, head_dim = "int7h64", 7, 64
+
+
+class Int7H128Codec(_NarrowPerHeadCodec):
+    """7-bit, a scale per 128-value head: 7D/8 + D/64 bytes, 44.5% of fp16."""
+
+    name, bits, head_dim = "int7h128", 7, 128

@@ -50,7 +50,7 @@ register_codec("turbo2", "pion.codecs.turbo", "Turbo2Codec")
 register_codec("mlx4g32", "pion.codecs.mlx4g32", "Mlx4Group32Codec")
 # Issue 20: K per channel over token groups (the KIVI pair's K half; its V half is mlx4g32)
 # and per-head int8/fp8 scales.
-for _bits in (4, 8, 5, 6):  # 5 and 6: issue 20's <= 40% formats
+for _bits in (4, 8, 5, 6, 7):  # 5, 6 and 7: issue 20's <= 40% formats
     for _group in (32, 64, 128):
         register_codec(f"kivi{_bits}g{_group}", "pion.codecs.kivi", f"Kivi{_bits}G{_group}Codec")
 register_codec("int8h64", "pion.codecs.per_head", "Int8H64Codec")
@@ -61,3 +61,21 @@ register_codec("int6h64", "pion.codecs.per_head_narrow", "Int6H64Codec")
 register_codec("int6h128", "pion.codecs.per_head_narrow", "Int6H128Codec")
 register_codec("int5h64", "pion.codecs.per_head_narrow", "Int5H64Codec")
 register_codec("int5h128", "pion.codecs.per_head_narrow", "Int5H128Codec")
+register_codec("int7h64", "pion.codecs.per_head_narrow", "Int7H64Codec")
+register_codec("int7h128", "pion.codecs.per_head_narrow", "Int7H128Codec")
+# Issue 20, third round: the first row of every 128-token group (the attention sink) in fp16.
+register_codec("kivi6g128s", "pion.codecs.sink_rows", "Kivi6G128SinkCodec")
+register_codec("kivi5g128s", "pion.codecs.sink_rows", "Kivi5G128SinkCodec")
+register_codec("int6h64s128", "pion.codecs.sink_rows", "Int6H64SinkCodec")
+register_codec("int7h64s128", "pion.codecs.sink_rows", "Int7H64SinkCodec")
+register_codec("int6h128s128", "pion.codecs.sink_rows", "Int6H128SinkCodec")
+register_codec("int7h128s128", "pion.codecs.sink_rows", "Int7H128SinkCodec")
+register_codec("kivi7g128s", "pion.codecs.sink_rows", "Kivi7G128SinkCodec")
+register_codec("int5h64s128", "pion.codecs.sink_rows", "Int5H64SinkCodec")
+# Issue 20, third round: per-head V on Hadamard-rotated heads (and with the sink row in fp16).
+register_codec("int6h64r", "pion.codecs.rotated", "Int6H64RotatedCodec")
+register_codec("int5h64r", "pion.codecs.rotated", "Int5H64RotatedCodec")
+register_codec("int6h128r", "pion.codecs.rotated", "Int6H128RotatedCodec")
+register_codec("int5h128r", "pion.codecs.rotated", "Int5H128RotatedCodec")
+register_codec("int6h64rs128", "pion.codecs.sink_rows", "Int6H64RotatedSinkCodec")
+register_codec("int5h64rs128", "pion.codecs.sink_rows", "Int5H64RotatedSinkCodec")

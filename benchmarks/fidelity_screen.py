@@ -1,0 +1,120 @@
+"""Screen K/V format pairs on a DEV split before the test run of output_fidelity.py (issue 20).
+
+Why: output_fidelity.py's 20 test queries must not choose the configurations they then grade, and
+one of its rows costs minutes through a real server. This runs the same codecs in process (each
+layer's K and V round-tripped through the format, the whole prefix as one blob, as the V-store
+encodes a V.STOREBATCH of the prefix) on queries the test split never asks -- the same five system
+prompts with QUESTIONS[4:4 + --dev-questions] -- and reports what output_fidelity.py reports:
+identical greedy completions, teacher-forced top-1 agreement and mean KL.
+
+A configuration is ``K_FORMAT:V_FORMAT`` with optional ``+sinkS`` (the first S tokens of every layer
+kept exact and left out of the K token group's ranges -- an emulation, to see whether protecting the
+attention-sink tokens would pay before building a format for it) and/or ``+rotv`` (V's heads
+Hadamard-rotated around V's format, as ``pion.codecs.rotated`` does), e.g. ``kivi6g128:int6h64+rotvsink1``.
+
+    .venv/bin/python benchmarks/fidelity_screen.py [--dev-questions 3] [--tokens 50] \
+        kivi6g64:int6h64 kivi5g64:int7h64 "kivi5g64:int6h64+sink4" ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pion import load_model
+from pion.client.runtimes.transformers_kv import KvShape, dynamic_cache
+from pion.client.runtimes.transformers_runtime import encode_prompt, eos_ids, generate_ids, prefill
+from pion.codecs import get_codec
+from pion.codecs.rotated import rotate_heads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from layer_sensitivity import TEST_QUESTIONS
+from output_fidelity import continue_greedy, teacher_forced
+from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user
+
+
+def round_trip(states: torch.Tensor, fmt: str, sink: int, rotate: bool = False) -> torch.Tensor:
+    """[1, H, N, D] through a codec in the V-store's [N, H*D] row layout; the first ``sink`` rows are
+    replaced by row ``sink`` before encoding (out of every range) and restored exactly after; with
+    ``rotate`` each head is Hadamard-rotated before the codec and rotated back after."""
+    _, heads, n, head_dim = states.shape
+    rows = np.ascontiguousarray(states[0].transpose(0, 1).reshape(n, heads * head_dim).float().numpy())
+    if rotate:
+        rows = rotate_heads(rows, head_dim)
+    stored = rows.copy()
+    if 0 < sink < n:
+        stored[:sink] = stored[sink]
+    codec = get_codec(fmt)
+    back = np.array(codec.decode(codec.encode(stored), heads * head_dim))
+    back[:sink] = rows[:sink]
+    if rotate:
+        back = rotate_heads(back, head_dim)
+    return torch.from_numpy(back).reshape(n, heads, head_dim).transpose(0, 1).unsqueeze(0).contiguous()
+
+
+def parse_config(text: str) -> tuple[str, str, int, bool]:
+    """``K:V[+[rotv][sinkS]]`` -> (K format, V format, S, rotate V)."""
+    pair, _, extra = text.partition("+")
+    k_fmt, v_fmt = pair.split(":")
+    rotate = "rotv" in extra
+    extra = extra.replace("rotv", "")
+    sink = int(extra.removeprefix("sink")) if extra else 0
+    return k_fmt, v_fmt, sink, rotate
+
+
+def stored_fraction(k_fmt: str, v_fmt: str, kv_dim: int) -> float:
+    """Bytes per token (both sides) as a fraction of fp16's, sink rows not counted."""
+    return (get_codec(k_fmt).row_bytes(kv_dim) + get_codec(v_fmt).row_bytes(kv_dim)) / (4 * kv_dim)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("configs", nargs="+")
+    parser.add_argument("--dev-questions", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=50)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    model, tok = load_model(device="cpu")
+    eos = eos_ids(model, tok)
+    shape = KvShape.from_config(model.config)
+    dev = QUESTIONS[TEST_QUESTIONS:TEST_QUESTIONS + args.dev_questions]
+    queries = [(encode_prompt(tok, chat_system(f"{role} {POLICY}")), encode_prompt(tok, chat_user(q)))
+               for role in ROLES for q in dev]
+    prepared = []
+    for prefix, suffix in queries:
+        ref = generate_ids(model, tok, prefix + suffix, max_tokens=args.tokens)
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([prefix + suffix + ref])).logits[0]
+        first = len(prefix) + len(suffix) - 1
+        logp = torch.log_softmax(logits[first:first + len(ref)].float(), dim=-1)
+        cache = prefill(model, prefix)
+        exact = [(cache.layers[j].keys, cache.layers[j].values) for j in range(shape.n_layers)]
+        prepared.append((suffix, ref, logp, exact))
+    print(f"{len(queries)} dev queries x {args.tokens} tokens ({time.perf_counter() - started:.0f} s)", flush=True)
+    print("| K : V | bytes vs fp16 | identical | top-1 | mean KL |\n|---|---:|---:|---:|---:|")
+    for text in args.configs:
+        k_fmt, v_fmt, sink, rotate = parse_config(text)
+        same = steps = top1 = 0
+        kl = 0.0
+        for suffix, ref, logp, exact in prepared:
+            layers = [(round_trip(k, k_fmt, sink), round_trip(v, v_fmt, sink, rotate)) for k, v in exact]
+            cache = dynamic_cache(model.config, layers, torch.float32)
+            logits = teacher_forced(model, suffix, cache, ref)
+            restored = torch.log_softmax(logits[:len(ref)], dim=-1)
+            top1 += int((restored.argmax(-1) == logp.argmax(-1)).sum())
+            kl += float((logp.exp() * (logp - restored)).sum())
+            steps += len(ref)
+            same += int(continue_greedy(model, cache, ref, logits.argmax(-1).tolist(), args.tokens, eos) == ref)
+        print(f"| {text} | {100 * stored_fraction(k_fmt, v_fmt, shape.kv_dim):.1f}% | {same}/{len(prepared)} | "
+              f"{100 * top1 / steps:.2f}% | {kl / steps:.5f} |", flush=True)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
