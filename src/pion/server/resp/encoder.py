@@ -24,16 +24,20 @@ from pion.server.resp.replies import (
     OK, EncodeError, ErrorReply, NullArray, RawReply, SimpleString, Verbatim,
 )
 
-CRLF = b"\r\n"
-LARGE_PAYLOAD = 16 * 1024  # payloads at least this big are queued as their own chunk
+# Final: C statics in the compiled build, not a module-dict lookup per reply (an MGET of 10
+# keys read CRLF ten times; issue 13).
+CRLF: Final = b"\r\n"
+LARGE_PAYLOAD: Final = 16 * 1024  # payloads at least this big are queued as their own chunk
 
 OK_BYTES: Final = b"+OK\r\n"
-_NULL2 = b"$-1\r\n"
-_NULL3 = b"_\r\n"
-_NULL_ARRAY2 = b"*-1\r\n"
-_INTS = [b":%d\r\n" % i for i in range(-1, 1025)]
+_NULL2: Final = b"$-1\r\n"
+_NULL3: Final = b"_\r\n"
+_NULL_ARRAY2: Final = b"*-1\r\n"
+_INTS: Final = [b":%d\r\n" % i for i in range(-1, 1025)]
 BULK_HEADS: Final = [b"$%d\r\n" % n for n in range(1024)]
-_SIMPLE: dict[str, bytes] = {}  # rendered simple strings (+OK, +PONG, +HIT, ...)
+_SIMPLE: Final[dict[str, bytes]] = {}  # rendered simple strings (+OK, +PONG, +HIT, ...)
+_OK: Final = OK
+_SIMPLE_STRING: Final = SimpleString
 
 
 __all__ = ["EncodeError", "encode_error", "encode_reply", "encode_to_bytes"]
@@ -71,10 +75,10 @@ def encode_reply(value: Any, resp3: bool, out: list[Any]) -> int:
         out.append(value)
         out.append(CRLF)
         return len(head) + n + 2
-    if value is OK:
+    if value is _OK:
         out.append(OK_BYTES)
         return 5
-    if cls is SimpleString:  # +PONG and other fixed status replies: one dict lookup
+    if cls is _SIMPLE_STRING:  # +PONG and other fixed status replies: one dict lookup
         chunk = _SIMPLE.get(value.text)
         if chunk is None:
             chunk = b"+" + value.text.encode() + CRLF

@@ -169,21 +169,22 @@ class RequestFramer:
                                  "too big mbulk count string" if state == _ARRAY_LINE else
                                  "too big bulk count string")
                 return out
-            if self.line:  # the line began in an earlier read: it was not emitted yet
-                line = bytes(self.line) + data[i:newline + 1]
-                self.line.clear()
-                split = True
-            else:
-                line = data[i:newline + 1]
-                split = False
             start = i
-            i = newline + 1
             if state == _INLINE:
-                emit(start)
+                # The line's words without its CR LF, sliced once (a pipeline of inline
+                # PINGs runs this per request).
+                if self.line:  # the line began in an earlier read
+                    text = bytes(self.line) + data[i:newline]
+                    self.line.clear()
+                    if text.endswith(b"\r"):
+                        text = text[:-1]
+                else:
+                    text = data[i:newline - 1 if newline > i and data[newline - 1] == 13
+                                else newline]
+                i = newline + 1
+                if start > emit_from:
+                    emit(start)
                 emit_from = i
-                text = line[:-1]
-                if text.endswith(b"\r"):
-                    text = text[:-1]
                 try:
                     words = split_inline(text)
                 except InlineError as exc:
@@ -195,6 +196,14 @@ class RequestFramer:
                     if one_request:
                         break
                 continue
+            if self.line:  # the line began in an earlier read: it was not emitted yet
+                line = bytes(self.line) + data[i:newline + 1]
+                self.line.clear()
+                split = True
+            else:
+                line = data[i:newline + 1]
+                split = False
+            i = newline + 1
             number = line[1:-2] if line.endswith(b"\r\n") else b"x"
             valid = _INTEGER.fullmatch(number) is not None
             if state == _ARRAY_LINE:
