@@ -38,7 +38,6 @@ hiredis refuses (an inline line, a large or negative array header).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Final
 
 from pion.server.resp.inline import MAX_INLINE_BYTES as _MAX_INLINE_BYTES, InlineError, split_inline
@@ -65,15 +64,18 @@ _BULK_BODY: Final = 3
 _INLINE: Final = 4
 
 
-@dataclass
 class FramedRead:
-    """What one ``feed`` produced: bytes for hiredis, in order, and how it ended."""
+    """What one ``feed`` produced: bytes for hiredis, in order, and how it ended.
 
-    # Frame bytes for hiredis, in order; an inline request comes as its list of words (the
-    # network layer runs it directly when nothing is queued before it, else encodes it).
-    pieces: list[bytes | memoryview | list[bytes]] = field(default_factory=list)
-    error: str | None = None  # Redis's text after ``Protocol error: ``; the client closes
-    rest: bytes = b""  # unread remainder (``one_request`` mode stops after one request)
+    A plain class, not a dataclass: mypyc built the dataclass through its Python-level
+    ``__init__`` (``default_factory``), once per framed read (issue 13)."""
+
+    def __init__(self) -> None:
+        # Frame bytes for hiredis, in order; an inline request comes as its list of words (the
+        # network layer runs it directly when nothing is queued before it, else encodes it).
+        self.pieces: list[bytes | memoryview | list[bytes]] = []
+        self.error: str | None = None  # Redis's text after ``Protocol error: ``; the client closes
+        self.rest: bytes = b""  # unread remainder (``one_request`` mode stops after one request)
 
 
 def _words_of(frame: bytes) -> list[bytes]:
