@@ -41,6 +41,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "pion.server.dispatcher",
     "pion.server.resp.encoder",
     "pion.server.resp.framing",
+    "pion.server.resp.inline",
     "pion.server.commands.admin",
     "pion.server.commands.keyspace",
     "pion.server.commands.vstore",

@@ -85,7 +85,12 @@ RECV_SLACK: Final = 1024 * 1024  # bytes of a frame fed before its start was not
 UNAUTH_OUTPUT_LIMIT = 64 * 1024  # unsent replies a client that has not authenticated may hold
 # hiredis capped at HOLD_ARRAYS_OVER elements (it raises; the framer takes over) — or, on a
 # build where that cannot be verified, each fast-path read is scanned for large headers.
-_PRESCAN = None if capping_supported() else LARGE_ARRAY_HEADER.search
+_PRESCAN: Final = None if capping_supported() else LARGE_ARRAY_HEADER.search
+
+
+def _not_connected(data: Any) -> None:
+    """``Connection.write`` until ``connection_made`` binds the transport's (never called:
+    replies are only written once a transport is there)."""
 
 
 def new_reader() -> hiredis.Reader:
@@ -98,11 +103,21 @@ def new_reader() -> hiredis.Reader:
 class Connection(asyncio.Protocol):
     """One client connection: parse, dispatch in order, write, apply flow control."""
 
+    # The hiredis reader's methods and the transport's ``write``, bound once (``_use_reader``,
+    # ``connection_made``): compiled code sees both as plain Python objects, so a call through
+    # the object looks the method up on its type and builds a bound method every time
+    # (2-4 per request without pipelining; issue 13).
+    feed_reader: Callable[[bytes], None]
+    gets: Callable[[], Any]
+    has_data: Callable[[], bool]
+
     def __init__(self, server: PionServer) -> None:
         self.server = server
         self.dispatcher = server.dispatcher
         self.reader = new_reader()
+        self._use_reader(self.reader)
         self.transport: asyncio.Transport | None = None
+        self.write: Callable[[Any], None] = _not_connected
         self.out: list[Any] = []
         self.busy = False  # an async command is in flight
         self.write_paused = False
@@ -131,10 +146,18 @@ class Connection(asyncio.Protocol):
                               and not server.state.worker.independent else 0)
         self.held: Any = None  # a request taken past a forward batch, run first after it
 
+    def _use_reader(self, reader: hiredis.Reader) -> None:
+        """Parse with ``reader`` from now on (its hot methods bound once, see above)."""
+        self.reader = reader
+        self.feed_reader = reader.feed
+        self.gets = reader.gets
+        self.has_data = reader.has_data
+
     # ---- asyncio.Protocol callbacks -------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.transport = transport
+        self.write = transport.write
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.client.addr = f"{peer[0]}:{peer[1]}"
@@ -182,7 +205,7 @@ class Connection(asyncio.Protocol):
                 and (not self.auth_required or self.client.authenticated)):
             # The fast path: hiredis holds nothing, this read starts a request and does not
             # end inside a header line (the framer never has to re-send part of a line).
-            self.reader.feed(data)
+            self.feed_reader(data)
             self.fed_since_frame += len(data)
             self.mid_request = True
             self.fast_read = data
@@ -209,22 +232,26 @@ class Connection(asyncio.Protocol):
 
     def _feed_framed(self, data: bytes) -> None:
         """The careful path: frame, check and re-encode before hiredis sees the bytes."""
-        reader = self.reader
         while True:
             unauthenticated = self.auth_required and not self.client.authenticated
             framed = self.framer.feed(data, authenticated=not unauthenticated,
                                       one_request=unauthenticated)
             frames_fed = False
+            # Requests the framer parsed itself that run back to back (a pipeline of inline
+            # PINGs) share clock reads: each one's end is the next one's start.
+            clock = 0.0
             for piece in framed.pieces:
                 if type(piece) is list:
                     if frames_fed:
                         self._process()  # the frames before this request first
                         frames_fed = False
-                    self._run_words(piece)
+                        clock = 0.0
+                    clock = self._run_words(piece, clock)
                     continue
                 frames_fed = True
+                clock = 0.0
                 # hiredis takes any buffer (its stub says bytes): no copy of large payloads.
-                reader.feed(piece)  # type: ignore[arg-type]
+                self.feed_reader(piece)  # type: ignore[arg-type]
                 self.fed_since_frame += len(piece)  # type: ignore[arg-type,unused-ignore]
                 self.mid_request = True
             if framed.error is not None:
@@ -234,34 +261,44 @@ class Connection(asyncio.Protocol):
             if self.closing or not framed.rest:
                 return
             data = framed.rest
-            reader = self.reader
 
-    def _run_words(self, words: list[bytes]) -> None:
+    def _run_words(self, words: list[bytes], started: float) -> float:
         """Run a request the framer parsed itself (inline, or a held large array) now, or
-        queue it behind the requests still waiting."""
-        if (self.busy or self.write_paused or self.closing or self.reader.has_data()
-                or self.held is not None):
+        queue it behind the requests still waiting.
+
+        ``started``: the clock read when the previous such request of this read ended (0.0:
+        none, read it here). Returns the clock read when this one ended, or 0.0 when it did
+        not run to its reply here (queued, or an async command in flight).
+        """
+        # (mid_request is False only when hiredis holds nothing: a field read, not a call)
+        if (self.busy or self.write_paused or self.closing
+                or (self.mid_request and self.has_data()) or self.held is not None):
             if len(words) > HOLD_ARRAYS_OVER:
                 # Queued behind a command in flight: let hiredis take this many (its bytes
                 # are here, so the declared length is real) — up to Redis's own limit after.
                 cap_array_elements(self.reader, MAX_MULTIBULK_LEN)
-            self.reader.feed(encode_words(words))
+            self.feed_reader(encode_words(words))
             self.mid_request = True
-            return
-        started = _perf_counter()
-        pending = self.dispatcher.execute(self.ctx, words, self.out)
+            return 0.0
+        if not started:
+            started = _perf_counter()
+        dispatcher = self.dispatcher
+        pending = dispatcher.execute(self.ctx, words, self.out)
         if pending is not None:
             self._start_async(pending)
-            return
-        elapsed = _perf_counter() - started
-        entry = self.dispatcher.last_entry
+            return 0.0
+        now = _perf_counter()
+        elapsed = now - started
+        entry = dispatcher.last_entry
         entry.seconds += elapsed
         if entry.hist is not None:
-            entry.hist[bisect_left(self.dispatcher.latency_bounds, elapsed)] += 1
-        if elapsed > self.dispatcher.slow_s:
-            self.dispatcher.log_slow(self.ctx, words, elapsed)
+            entry.hist[bisect_left(dispatcher.latency_bounds, elapsed)] += 1
+        if elapsed > dispatcher.slow_s:
+            dispatcher.log_slow(self.ctx, words, elapsed)
         if self.client.close_after_reply:
             self._close_after_flush()
+            return 0.0
+        return now
 
     def _continue_after_inline(self) -> bool:
         """A fast-path read went on, after whole multibulk frames, with a request hiredis
@@ -272,7 +309,7 @@ class Connection(asyncio.Protocol):
         offset = RequestFramer.first_inline_offset(data)
         if offset is None:
             return False
-        self.reader = new_reader()
+        self._use_reader(new_reader())
         self._feed_framed(data[offset:])
         return True
 
@@ -297,11 +334,8 @@ class Connection(asyncio.Protocol):
             _CLOCK.end()
 
     def _run_batch(self) -> None:
-        reader = self.reader
-        # Bound once per batch: hiredis's Reader is a Python object to compiled code, so each
-        # ``reader.gets()`` would look the method up on its type again (2 per request).
-        gets = reader.gets
-        has_data = reader.has_data
+        gets = self.gets  # (locals: native reads of the bound methods, once per batch)
+        has_data = self.has_data
         out = self.out
         dispatcher = self.dispatcher  # (its methods: native calls when compiled, not bound ones)
         ctx = self.ctx
@@ -378,7 +412,7 @@ class Connection(asyncio.Protocol):
             self._protocol_error(self.frame_error)
             return
         self._end_batch()
-        if self.fed_since_frame > self.query_limit and reader.has_data():
+        if self.fed_since_frame > self.query_limit and has_data():
             log.warning("closing client id=%d addr=%s: request larger than "
                         "client-query-buffer-limit (%d bytes)", client.client_id,
                         client.addr, self.query_limit)
@@ -387,22 +421,31 @@ class Connection(asyncio.Protocol):
     def _end_batch(self) -> None:
         """Send this batch's replies, or, when a before-reply hook has work (buffered WAL
         records), leave them for the server's end-of-iteration flush so that every client
-        served in this loop iteration shares one WAL write (and one fsync under always)."""
-        if self.out and not self.deferred and self.reply_pending:
+        served in this loop iteration shares one WAL write (and one fsync under always).
+
+        When every ``reply_pending`` hook said no, the ``before_reply`` hooks have nothing to
+        do (``PionServer``'s contract) and are not called: a read-only batch pays one hook
+        call, not two."""
+        if self.deferred:
+            return
+        if self.out and self.reply_pending:
             for pending in self.reply_pending:
                 if pending():
                     self.deferred = True
                     self.server.defer_flush(self)
                     return
-        if not self.deferred:
-            self._flush()
+            self._flush(False)
+            return
+        self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, hooks: bool = True) -> None:
+        """Write the replies in ``out`` (after the ``before_reply`` hooks, unless ``hooks`` is
+        False because none has work: ``_end_batch``)."""
         out = self.out
         if not out or self.transport is None:
             return
         marks = self.client.write_marks
-        if self.before_reply:
+        if hooks and self.before_reply:
             try:
                 for hook in self.before_reply:
                     hook()
@@ -426,11 +469,11 @@ class Connection(asyncio.Protocol):
         if marks:
             marks.clear()
         if len(out) == 1:
-            self.transport.write(out[0])
+            self.write(out[0])
         elif len(out) <= FLUSH_EVERY and sum(map(len, out)) <= JOIN_MAX_BYTES:
             # A pipelined batch of small replies: one joined buffer is cheaper for the
             # transport than one iovec (and buffer export) per reply.
-            self.transport.write(b"".join(out))
+            self.write(b"".join(out))
         else:
             self.transport.writelines(out)
         out.clear()
@@ -616,6 +659,8 @@ class PionServer:
         # True when a before_reply hook has work to do: connections then hand their replies
         # to one flush at the end of the loop iteration (``defer_flush``) instead of writing.
         # A hook may raise CommandError: the batch's write replies become that error.
+        # Contract: when every one of these says False, every before_reply hook would do
+        # nothing, so a connection skips them (``Connection._end_batch``).
         self.reply_pending: list[Callable[[], bool]] = []
         self._deferred: list[Connection] = []
         self.closing = False

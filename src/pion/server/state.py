@@ -20,7 +20,7 @@ from pion.server.context import ServerState
 from pion.server.dispatcher import Dispatcher
 from pion.server.net import PionServer
 from pion.server.persist import PersistOptions, Persistence
-from pion.server.persist.binding import attach, make_sink
+from pion.server.persist.binding import ReplyHooks, attach, make_sink
 from pion.server.persist.wal import FsyncPolicy
 from pion.server.admission import Admission
 from pion.server.receipt import Receipt
@@ -78,8 +78,9 @@ def open_state(state: ServerState) -> None:
     # Group commit per event-loop batch: small records are buffered and written (and
     # fsynced under always) once, before any reply of the batch leaves (net.py).
     persist.enable_batching()
-    state.network.before_reply.append(persist.flush_batch)
-    state.network.reply_pending.append(persist.batch_pending)
+    hooks = ReplyHooks(persist)  # (compiled: no Python frame per reply batch)
+    state.network.before_reply.append(hooks.flush_batch)
+    state.network.reply_pending.append(hooks.batch_pending)
     state.dispatcher.track_writes = True
     if state.cold_tier is not None:
         state.cold_tier.start()  # after the replay: replayed evictions are not demotions

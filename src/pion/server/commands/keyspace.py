@@ -121,9 +121,14 @@ def cmd_keyspace_set(ctx: CommandContext, args: list[bytes]) -> Any:
 
 
 def cmd_keyspace_mget(ctx: CommandContext, args: list[bytes]) -> Any:
-    get = _keyspace(ctx).get
-    values = [get(k) for k in args]
-    return [v if type(v) is not dict else None for v in values]
+    # ``ks.get`` called on the object, not through a bound method in a local: compiled, that
+    # is a native call per key instead of a Python-level one (issue 13).
+    ks = _keyspace(ctx)
+    values: list[Any] = []
+    for key in args:
+        value = ks.get(key)
+        values.append(value if type(value) is not dict else None)
+    return values
 
 
 def cmd_keyspace_mset(ctx: CommandContext, args: list[bytes]) -> Any:

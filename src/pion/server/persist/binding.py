@@ -8,6 +8,7 @@
 * ``snapshot_records`` — walks the stores and yields the records that rebuild them
   (SAVE, BGSAVE).
 * ``attach`` — the three above, wired for one worker.
+* ``ReplyHooks`` — the network layer's per-batch WAL hooks (group commit).
 
 The record schema is documented once, in ``store/records.py``.
 """
@@ -65,6 +66,29 @@ class WalJournal:
         wal.append(_SET, fields)
         if wal.wal_bytes > self._wal_max_bytes:
             self._persist.wal_grew()
+
+
+class ReplyHooks:
+    """The WAL's two hooks on the network layer (``net.PionServer.before_reply`` and
+    ``reply_pending``): what ``Persistence.flush_batch``/``batch_pending`` do, here in a
+    compiled module so that the per-batch calls run no Python bytecode (``batch_pending``
+    runs once per reply batch: as two Python frames, 1.4% of a non-pipelined GET's CPU;
+    issue 13). The WAL is read from ``persist`` at each call: it is None before recovery
+    and after shutdown closed it."""
+
+    def __init__(self, persist: Persistence) -> None:
+        self._persist = persist
+
+    def flush_batch(self) -> None:
+        """Write the buffered records (and fsync under always); CommandError(MISCONF)."""
+        wal = self._persist.wal
+        if wal is not None:
+            wal.flush_batch()
+
+    def batch_pending(self) -> bool:
+        """True when ``flush_batch`` has work to do before replies may go out."""
+        wal = self._persist.wal
+        return wal is not None and wal.batch_pending
 
 
 def make_sink(stores: Stores) -> Callable[[int, dict[str, Any]], None]:

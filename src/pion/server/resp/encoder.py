@@ -24,16 +24,20 @@ from pion.server.resp.replies import (
     OK, EncodeError, ErrorReply, NullArray, RawReply, SimpleString, Verbatim,
 )
 
-CRLF = b"\r\n"
-LARGE_PAYLOAD = 16 * 1024  # payloads at least this big are queued as their own chunk
+# Final: C statics in the compiled build, not a module-dict lookup per reply (an MGET of 10
+# keys read CRLF ten times; issue 13).
+CRLF: Final = b"\r\n"
+LARGE_PAYLOAD: Final = 16 * 1024  # payloads at least this big are queued as their own chunk
 
 OK_BYTES: Final = b"+OK\r\n"
-_NULL2 = b"$-1\r\n"
-_NULL3 = b"_\r\n"
-_NULL_ARRAY2 = b"*-1\r\n"
-_INTS = [b":%d\r\n" % i for i in range(-1, 1025)]
+_NULL2: Final = b"$-1\r\n"
+_NULL3: Final = b"_\r\n"
+_NULL_ARRAY2: Final = b"*-1\r\n"
+_INTS: Final = [b":%d\r\n" % i for i in range(-1, 1025)]
 BULK_HEADS: Final = [b"$%d\r\n" % n for n in range(1024)]
-_SIMPLE: dict[str, bytes] = {}  # rendered simple strings (+OK, +PONG, +HIT, ...)
+_SIMPLE: Final[dict[str, bytes]] = {}  # rendered simple strings (+OK, +PONG, +HIT, ...)
+_OK: Final = OK
+_SIMPLE_STRING: Final = SimpleString
 
 
 __all__ = ["EncodeError", "encode_error", "encode_reply", "encode_to_bytes"]
@@ -57,31 +61,34 @@ def encode_reply(value: Any, resp3: bool, out: list[Any]) -> int:
     """Append the RESP rendering of ``value`` to ``out``; returns the bytes appended."""
     cls = type(value)
     if cls is bytes:
-        n = len(value)
+        # Typed as bytes here (``cls is bytes`` does not narrow ``value``): the concatenation
+        # below is then a native bytes concat, not a generic ``+`` (an MGET's every item).
+        data: bytes = value
+        n = len(data)
         if n < 1024:
-            chunk = BULK_HEADS[n] + value + CRLF
+            chunk = BULK_HEADS[n] + data + CRLF
             out.append(chunk)
             return len(chunk)
         if n < LARGE_PAYLOAD:
-            chunk = b"$%d\r\n%b\r\n" % (n, value)
+            chunk = b"$%d\r\n%b\r\n" % (n, data)
             out.append(chunk)
             return len(chunk)
         head = b"$%d\r\n" % n
         out.append(head)
-        out.append(value)
+        out.append(data)
         out.append(CRLF)
         return len(head) + n + 2
-    if value is OK:
+    if value is _OK:
         out.append(OK_BYTES)
         return 5
-    if cls is SimpleString:  # +PONG and other fixed status replies: one dict lookup
-        chunk = _SIMPLE.get(value.text)
-        if chunk is None:
-            chunk = b"+" + value.text.encode() + CRLF
+    if cls is _SIMPLE_STRING:  # +PONG and other fixed status replies: one dict lookup
+        simple = _SIMPLE.get(value.text)
+        if simple is None:
+            simple = b"+" + value.text.encode() + CRLF
             if len(_SIMPLE) < 256:
-                _SIMPLE[value.text] = chunk
-        out.append(chunk)
-        return len(chunk)
+                _SIMPLE[value.text] = simple
+        out.append(simple)
+        return len(simple)
     if cls is int:
         if -1 <= value <= 1023:
             chunk = _INTS[value + 1]
@@ -93,7 +100,15 @@ def encode_reply(value: Any, resp3: bool, out: list[Any]) -> int:
         chunk = _NULL3 if resp3 else _NULL2
         out.append(chunk)
         return len(chunk)
-    if cls is list or cls is tuple:
+    if cls is list:
+        items: list[Any] = value  # (typed: native length and iteration)
+        head = b"*%d\r\n" % len(items)
+        out.append(head)
+        total = len(head)
+        for item in items:
+            total += encode_reply(item, resp3, out)
+        return total
+    if cls is tuple:
         head = b"*%d\r\n" % len(value)
         out.append(head)
         total = len(head)

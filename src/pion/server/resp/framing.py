@@ -38,7 +38,6 @@ hiredis refuses (an inline line, a large or negative array header).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Final
 
 from pion.server.resp.inline import MAX_INLINE_BYTES as _MAX_INLINE_BYTES, InlineError, split_inline
@@ -65,15 +64,18 @@ _BULK_BODY: Final = 3
 _INLINE: Final = 4
 
 
-@dataclass
 class FramedRead:
-    """What one ``feed`` produced: bytes for hiredis, in order, and how it ended."""
+    """What one ``feed`` produced: bytes for hiredis, in order, and how it ended.
 
-    # Frame bytes for hiredis, in order; an inline request comes as its list of words (the
-    # network layer runs it directly when nothing is queued before it, else encodes it).
-    pieces: list[bytes | memoryview | list[bytes]] = field(default_factory=list)
-    error: str | None = None  # Redis's text after ``Protocol error: ``; the client closes
-    rest: bytes = b""  # unread remainder (``one_request`` mode stops after one request)
+    A plain class, not a dataclass: mypyc built the dataclass through its Python-level
+    ``__init__`` (``default_factory``), once per framed read (issue 13)."""
+
+    def __init__(self) -> None:
+        # Frame bytes for hiredis, in order; an inline request comes as its list of words (the
+        # network layer runs it directly when nothing is queued before it, else encodes it).
+        self.pieces: list[bytes | memoryview | list[bytes]] = []
+        self.error: str | None = None  # Redis's text after ``Protocol error: ``; the client closes
+        self.rest: bytes = b""  # unread remainder (``one_request`` mode stops after one request)
 
 
 def _words_of(frame: bytes) -> list[bytes]:
@@ -169,21 +171,22 @@ class RequestFramer:
                                  "too big mbulk count string" if state == _ARRAY_LINE else
                                  "too big bulk count string")
                 return out
-            if self.line:  # the line began in an earlier read: it was not emitted yet
-                line = bytes(self.line) + data[i:newline + 1]
-                self.line.clear()
-                split = True
-            else:
-                line = data[i:newline + 1]
-                split = False
             start = i
-            i = newline + 1
             if state == _INLINE:
-                emit(start)
+                # The line's words without its CR LF, sliced once (a pipeline of inline
+                # PINGs runs this per request).
+                if self.line:  # the line began in an earlier read
+                    text = bytes(self.line) + data[i:newline]
+                    self.line.clear()
+                    if text.endswith(b"\r"):
+                        text = text[:-1]
+                else:
+                    text = data[i:newline - 1 if newline > i and data[newline - 1] == 13
+                                else newline]
+                i = newline + 1
+                if start > emit_from:
+                    emit(start)
                 emit_from = i
-                text = line[:-1]
-                if text.endswith(b"\r"):
-                    text = text[:-1]
                 try:
                     words = split_inline(text)
                 except InlineError as exc:
@@ -195,6 +198,14 @@ class RequestFramer:
                     if one_request:
                         break
                 continue
+            if self.line:  # the line began in an earlier read: it was not emitted yet
+                line = bytes(self.line) + data[i:newline + 1]
+                self.line.clear()
+                split = True
+            else:
+                line = data[i:newline + 1]
+                split = False
+            i = newline + 1
             number = line[1:-2] if line.endswith(b"\r\n") else b"x"
             valid = _INTEGER.fullmatch(number) is not None
             if state == _ARRAY_LINE:

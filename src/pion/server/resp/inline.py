@@ -8,10 +8,15 @@ Example: ``SET "a b" 'it\\'s'`` -> ``[b"SET", b"a b", b"it's"]``.
 
 from __future__ import annotations
 
-MAX_INLINE_BYTES = 64 * 1024
+from typing import Final
 
-_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
-_HEX = b"0123456789abcdefABCDEF"
+MAX_INLINE_BYTES: Final = 64 * 1024
+
+# Final: C statics in the compiled build (``pion/_compiled.py``), not module-dict lookups.
+_ESCAPES: Final = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+_HEX: Final = b"0123456789abcdefABCDEF"
+_SPACES: Final = b" \t\r\n\x0b\x0c"  # sdssplitargs's isspace()
+_split: Final = bytes.split  # (a static: no method lookup on the line per call)
 
 
 class InlineError(ValueError):
@@ -19,13 +24,19 @@ class InlineError(ValueError):
 
 
 def split_inline(line: bytes) -> list[bytes]:
-    """Split one inline request line (without its line ending) into words."""
-    if b'"' not in line and b"'" not in line:
-        return line.split()  # the common case; same whitespace set as below
+    """Split one inline request line (without its line ending) into words.
+
+    The quote test looks for an int, not for ``b'"'``: CPython's ``bytes in bytes`` first
+    tries the needle as an int and formats (then clears) a TypeError message every time
+    before it searches (``PyUnicode_FromFormatV``, 3% of a pipelined inline PING's server
+    CPU), and ``line.find(34)`` is a method call with an argument tuple (3.5%; issue 13).
+    """
+    if 34 not in line and 39 not in line:  # no '"' and no "'"
+        return _split(line)  # the common case; same whitespace set as below
     words: list[bytes] = []
     i, n = 0, len(line)
     while True:
-        while i < n and line[i] in b" \t\r\n\x0b\x0c":
+        while i < n and line[i] in _SPACES:
             i += 1
         if i >= n:
             return words
@@ -47,7 +58,7 @@ def split_inline(line: bytes) -> list[bytes]:
                     i += 1
                     word.append(_ESCAPES.get(line[i], line[i]))
                 elif c == 34:
-                    if i + 1 < n and line[i + 1] not in b" \t\r\n\x0b\x0c":
+                    if i + 1 < n and line[i + 1] not in _SPACES:
                         raise InlineError("unbalanced quotes in request")
                     i += 1
                     break
@@ -58,13 +69,13 @@ def split_inline(line: bytes) -> list[bytes]:
                     i += 1
                     word.append(39)
                 elif c == 39:
-                    if i + 1 < n and line[i + 1] not in b" \t\r\n\x0b\x0c":
+                    if i + 1 < n and line[i + 1] not in _SPACES:
                         raise InlineError("unbalanced quotes in request")
                     i += 1
                     break
                 else:
                     word.append(c)
-            elif c in b" \t\r\n\x0b\x0c":
+            elif c in _SPACES:
                 break
             elif c == 34 or c == 39:
                 quote = c
