@@ -117,3 +117,23 @@ def test_a_program_whose_extra_is_missing_names_the_extra_and_exits_1(module: st
     done = subprocess.run([sys.executable, "-m", module, "--port", "1"], capture_output=True, text=True,
                           timeout=60, env=env, cwd=tmp_path)
     assert (done.returncode, done.stderr.splitlines()[-1] + "\n") == (1, message)
+
+
+@pytest.mark.parametrize(("module", "options", "extra"), [
+    ("pion.server", SERVER_OPTIONS, None),
+    ("pion.llm", LLM_OPTIONS, "uvicorn"),
+    ("pion.proxy.main", SERVE_OPTIONS, "uvicorn"),
+])
+def test_each_programs_help_lists_every_flag_even_one_whose_text_has_a_percent_sign(
+        module: str, options: list[Option], extra: str | None, tmp_path: Path) -> None:
+    """argparse %-formats help texts: "crc32(name) % N" in --worker-placement's made --help crash."""
+    import importlib.util
+
+    if extra is not None and importlib.util.find_spec(extra) is None:
+        pytest.skip(f"{module} needs {extra} (its extra is not installed here)")
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    text = " ".join(done.stdout.split())  # argparse wraps lines
+    assert [flag for opt in options for flag in opt.flags if flag not in text] == []
+    assert "crc32(name) % N" in text or module != "pion.server"

@@ -69,16 +69,19 @@ def build_arg_parser(prog: str, description: str, options: Sequence[Option], ver
     for opt in options:
         if not opt.flags:
             continue
+        # argparse %-formats help texts (for %(default)s): a literal '%' (e.g. "crc32(name) % N")
+        # must be doubled, or --help crashes
+        text = opt.help.replace("%", "%%")
         env_help = f" [env {opt.env_name}]"
         if opt.switch is not None:
             parser.add_argument(*opt.flags, dest=opt.field, action="store_const", const=opt.switch,
-                                default=None, help=opt.help + env_help)
+                                default=None, help=text + env_help)
         elif opt.repeat:
             parser.add_argument(*opt.flags, dest=opt.field, default=None, metavar="VALUE",
-                                action="append", help=opt.help + " (repeatable)" + env_help)
+                                action="append", help=text + " (repeatable)" + env_help)
         else:
             parser.add_argument(*opt.flags, dest=opt.field, default=None, metavar="VALUE",
-                                help=opt.help + env_help)
+                                help=text + env_help)
     if version is not None:
         parser.add_argument("--version", action="version", version=f"{prog} {version}")
     return parser
