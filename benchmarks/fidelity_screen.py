@@ -10,7 +10,9 @@ identical greedy completions, teacher-forced top-1 agreement and mean KL.
 A configuration is ``K_FORMAT:V_FORMAT`` with optional ``+sinkS`` (the first S tokens of every layer
 kept exact and left out of the K token group's ranges -- an emulation, to see whether protecting the
 attention-sink tokens would pay before building a format for it) and/or ``+rotv`` (V's heads
-Hadamard-rotated around V's format, as ``pion.codecs.rotated`` does), e.g. ``kivi6g128:int6h64+rotvsink1``.
+Hadamard-rotated around V's format, as ``pion.codecs.rotated`` does), e.g. ``kivi6g128:int6h64+rotvsink1``;
+or ``@<file.json>``, a per-layer mix as ``layer_sensitivity.py``/``kv_bit_split.py`` write it (keys k, v:
+one format per layer), run as a per-layer SCHEMA would store it.
 
     .venv/bin/python benchmarks/fidelity_screen.py [--dev-questions 3] [--tokens 50] \
         kivi6g64:int6h64 kivi5g64:int7h64 "kivi5g64:int6h64+sink4" ...
@@ -19,6 +21,7 @@ Hadamard-rotated around V's format, as ``pion.codecs.rotated`` does), e.g. ``kiv
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -72,6 +75,23 @@ def stored_fraction(k_fmt: str, v_fmt: str, kv_dim: int) -> float:
     return (get_codec(k_fmt).row_bytes(kv_dim) + get_codec(v_fmt).row_bytes(kv_dim)) / (4 * kv_dim)
 
 
+def layer_formats(text: str, n_layers: int) -> list[tuple[str, str, int, bool]]:
+    """A config -> per layer (K format, V format, S, rotate V)."""
+    if text.startswith("@"):
+        mix = json.loads(Path(text[1:]).read_text())
+        if len(mix["k"]) != n_layers or len(mix["v"]) != n_layers:
+            raise SystemExit(f"{text}: needs {n_layers} K and V formats")
+        per_layer = [(k, v, 0, False) for k, v in zip(mix["k"], mix["v"])]
+    else:
+        per_layer = [parse_config(text)] * n_layers
+    return per_layer
+
+
+def mean_fraction(per_layer: list[tuple[str, str, int, bool]], kv_dim: int) -> float:
+    """Bytes a token over all layers as a fraction of fp16's."""
+    return sum(stored_fraction(k, v, kv_dim) for k, v, _, _ in per_layer) / len(per_layer)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("configs", nargs="+")
@@ -99,11 +119,12 @@ def main() -> None:
     print(f"{len(queries)} dev queries x {args.tokens} tokens ({time.perf_counter() - started:.0f} s)", flush=True)
     print("| K : V | bytes vs fp16 | identical | top-1 | mean KL |\n|---|---:|---:|---:|---:|")
     for text in args.configs:
-        k_fmt, v_fmt, sink, rotate = parse_config(text)
+        per_layer = layer_formats(text, shape.n_layers)
         same = steps = top1 = 0
         kl = 0.0
         for suffix, ref, logp, exact in prepared:
-            layers = [(round_trip(k, k_fmt, sink), round_trip(v, v_fmt, sink, rotate)) for k, v in exact]
+            layers = [(round_trip(k, k_fmt, sink), round_trip(v, v_fmt, sink, rotate))
+                      for (k, v), (k_fmt, v_fmt, sink, rotate) in zip(exact, per_layer)]
             cache = dynamic_cache(model.config, layers, torch.float32)
             logits = teacher_forced(model, suffix, cache, ref)
             restored = torch.log_softmax(logits[:len(ref)], dim=-1)
@@ -111,7 +132,7 @@ def main() -> None:
             kl += float((logp.exp() * (logp - restored)).sum())
             steps += len(ref)
             same += int(continue_greedy(model, cache, ref, logits.argmax(-1).tolist(), args.tokens, eos) == ref)
-        print(f"| {text} | {100 * stored_fraction(k_fmt, v_fmt, shape.kv_dim):.1f}% | {same}/{len(prepared)} | "
+        print(f"| {text} | {100 * mean_fraction(per_layer, shape.kv_dim):.1f}% | {same}/{len(prepared)} | "
               f"{100 * top1 / steps:.2f}% | {kl / steps:.5f} |", flush=True)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 

@@ -1,0 +1,137 @@
+"""Choose, layer by layer, how many bits K and V get within a fixed byte budget, on a DEV split (issue 20).
+
+Why: at 306 bytes a token (39.8% of fp16's, SmolLM2's kv_dim 192) three sink-row pairs fit the same
+bytes -- K 7 / V 5, K 6 / V 6 and K 5 / V 7 bits (``kivi{7,6,5}g128s`` + ``int{5,6,7}h64s128``) -- and
+the third round's test run found K the larger error overall, but not which layers. A per-layer
+SCHEMA can give each layer its own pair, and bytes can move between layers too: a layer that hardly
+cares can drop to 5/5 bits so a sensitive one gets 7/7, as long as the mean stays at 12 bits (every
+bit of a side costs the same 24 bytes at kv_dim 192). The choice must not be made on the 20 test
+queries of ``output_fidelity.py`` (QUESTIONS[:4] of every system prompt), so this uses
+QUESTIONS[4:4 + --dev-questions].
+
+Method (in process, the server's codecs): for each dev query, each layer l and each pair
+(K ``kivi{b}g128s``, V ``int{c}h64s128``, b, c in 5..7), only layer l goes through the pair (all
+other layers exact); feed suffix + the uncached greedy reference (teacher forcing) and take the mean
+KL(uncached || that) over the steps. Then pick one pair per layer minimising the summed KL with
+sum(b + c) <= 12 * n_layers (an exact knapsack over layers; it treats layers' KL as additive, which
+the dev screen of the result checks), or with b + c = 12 on every layer (``--same-bytes``). The mix
+is written as JSON for ``output_fidelity.py --layer-mix`` and ``fidelity_screen.py @<file>``.
+
+    .venv/bin/python benchmarks/kv_bit_split.py [--dev-questions 2] [--tokens 30] [--same-bytes] \
+        [--table <an earlier output.json>] [--out benchmarks/data/kv_bit_split_smollm2.json]
+
+``--table`` reuses an earlier output's per-layer KL for the pairs it holds and measures only the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pion import load_model
+from pion.client.runtimes.transformers_kv import KvShape
+from pion.client.runtimes.transformers_runtime import encode_prompt, generate_ids, prefill
+from pion.codecs import get_codec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fidelity_screen import round_trip
+from layer_sensitivity import TEST_QUESTIONS, kl_with
+from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user
+
+BITS = (5, 6, 7)
+MEAN_BITS = 12  # K + V bits a layer on average: 306 bytes a token at kv_dim 192, 39.8% of fp16
+DEFAULT_OUT = Path(__file__).parent / "data" / "kv_bit_split_smollm2.json"
+
+
+def pair_formats(k_bits: int, v_bits: int) -> tuple[str, str]:
+    """The sink-row formats for a (K bits, V bits) pair."""
+    return f"kivi{k_bits}g128s", f"int{v_bits}h64s128"
+
+
+def pair_key(k_bits: int, v_bits: int) -> str:
+    return f"K{k_bits}/V{v_bits}"
+
+
+def choose(kl: dict[str, list[float]], n_layers: int, same_bytes: bool) -> list[tuple[int, int]]:
+    """One (K bits, V bits) per layer with the least summed KL and sum(bits) <= MEAN_BITS * n_layers."""
+    pairs = [(b, c) for b in BITS for c in BITS if pair_key(b, c) in kl and (not same_bytes or b + c == MEAN_BITS)]
+    budget = MEAN_BITS * n_layers
+    best: dict[int, tuple[float, list[tuple[int, int]]]] = {0: (0.0, [])}  # bits used -> (KL, pairs so far)
+    for layer in range(n_layers):
+        nxt: dict[int, tuple[float, list[tuple[int, int]]]] = {}
+        for used, (total, chosen) in best.items():
+            for b, c in pairs:
+                bits = used + b + c
+                if bits > budget - min(b2 + c2 for b2, c2 in pairs) * (n_layers - layer - 1):
+                    continue
+                cand = total + kl[pair_key(b, c)][layer]
+                if bits not in nxt or cand < nxt[bits][0]:
+                    nxt[bits] = (cand, chosen + [(b, c)])
+        best = nxt
+    return min(best.values(), key=lambda item: item[0])[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dev-questions", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=30)
+    parser.add_argument("--same-bytes", action="store_true", help="K + V = 12 bits on every layer")
+    parser.add_argument("--table", type=Path, help="reuse this earlier output's KL for the pairs it holds")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    model, tok = load_model(device="cpu")
+    shape = KvShape.from_config(model.config)
+    kl: dict[str, list[float]] = json.loads(args.table.read_text())["mean_kl_per_layer"] if args.table else {}
+    todo = [(b, c) for b in BITS for c in BITS if pair_key(b, c) not in kl]
+    dev = QUESTIONS[TEST_QUESTIONS:TEST_QUESTIONS + args.dev_questions]
+    queries = [(encode_prompt(tok, chat_system(f"{role} {POLICY}")), encode_prompt(tok, chat_user(q)))
+               for role in ROLES for q in dev] if todo else []
+    measured = np.zeros((shape.n_layers, len(todo)))
+    for i, (prefix, suffix) in enumerate(queries):
+        reference = generate_ids(model, tok, prefix + suffix, max_tokens=args.tokens)
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([prefix + suffix + reference])).logits[0]
+        first = len(prefix) + len(suffix) - 1
+        ref_logp = torch.log_softmax(logits[first:first + len(reference)].float(), dim=-1)
+        cache = prefill(model, prefix)
+        exact = [(cache.layers[j].keys, cache.layers[j].values) for j in range(shape.n_layers)]
+        for layer in range(shape.n_layers):
+            for s, (b, c) in enumerate(todo):
+                k_fmt, v_fmt = pair_formats(b, c)
+                layers = list(exact)
+                layers[layer] = (round_trip(exact[layer][0], k_fmt, 0), round_trip(exact[layer][1], v_fmt, 0))
+                measured[layer, s] += kl_with(model, layers, suffix, reference, ref_logp) / len(queries)
+        print(f"dev query {i + 1}/{len(queries)} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    for s, (b, c) in enumerate(todo):
+        kl[pair_key(b, c)] = [round(float(x), 7) for x in measured[:, s]]
+    chosen = choose(kl, shape.n_layers, args.same_bytes)
+    k = [pair_formats(b, c)[0] for b, c in chosen]
+    v = [pair_formats(b, c)[1] for b, c in chosen]
+    stored = sum(get_codec(f).row_bytes(shape.kv_dim) for f in k + v) / (shape.n_layers * 4 * shape.kv_dim)
+    counts = {pair_key(b, c): chosen.count((b, c)) for b in BITS for c in BITS if (b, c) in chosen}
+    kind = "same bytes every layer" if args.same_bytes else "bytes moved between layers"
+    label = f"per-layer K/V bits (dev-chosen, {kind}): " + ", ".join(f"{n} layers {p}" for p, n in counts.items())
+    args.out.write_text(json.dumps({
+        "label": label, "k": k, "v": v, "bytes_vs_fp16": stored,
+        "dev_split": f"{len(ROLES)} system prompts x QUESTIONS[{TEST_QUESTIONS}:{TEST_QUESTIONS + args.dev_questions}]",
+        "predicted_kl_sum": sum(kl[pair_key(b, c)][j] for j, (b, c) in enumerate(chosen)),
+        "mean_kl_per_layer": kl,
+    }, indent=1) + "\n")
+    keys = sorted(kl)
+    print("| layer | " + " | ".join(keys) + " | chosen |")
+    print("|---:|" + "---:|" * len(keys) + "---|")
+    for j in range(shape.n_layers):
+        print(f"| {j} | " + " | ".join(f"{kl[key][j]:.6f}" for key in keys) + f" | {pair_key(*chosen[j])} |")
+    print(f"\n{label}: {100 * stored:.1f}% of fp16 -> {args.out} ({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
