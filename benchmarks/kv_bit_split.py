@@ -41,40 +41,11 @@ from pion.codecs import get_codec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity_screen import round_trip
+from kv_bit_budget import BITS, choose, pair_formats, pair_key
 from layer_sensitivity import TEST_QUESTIONS, kl_with
 from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user
 
-BITS = (5, 6, 7)
-MEAN_BITS = 12  # K + V bits a layer on average: 306 bytes a token at kv_dim 192, 39.8% of fp16
 DEFAULT_OUT = Path(__file__).parent / "data" / "kv_bit_split_smollm2.json"
-
-
-def pair_formats(k_bits: int, v_bits: int) -> tuple[str, str]:
-    """The sink-row formats for a (K bits, V bits) pair."""
-    return f"kivi{k_bits}g128s", f"int{v_bits}h64s128"
-
-
-def pair_key(k_bits: int, v_bits: int) -> str:
-    return f"K{k_bits}/V{v_bits}"
-
-
-def choose(kl: dict[str, list[float]], n_layers: int, same_bytes: bool) -> list[tuple[int, int]]:
-    """One (K bits, V bits) per layer with the least summed KL and sum(bits) <= MEAN_BITS * n_layers."""
-    pairs = [(b, c) for b in BITS for c in BITS if pair_key(b, c) in kl and (not same_bytes or b + c == MEAN_BITS)]
-    budget = MEAN_BITS * n_layers
-    best: dict[int, tuple[float, list[tuple[int, int]]]] = {0: (0.0, [])}  # bits used -> (KL, pairs so far)
-    for layer in range(n_layers):
-        nxt: dict[int, tuple[float, list[tuple[int, int]]]] = {}
-        for used, (total, chosen) in best.items():
-            for b, c in pairs:
-                bits = used + b + c
-                if bits > budget - min(b2 + c2 for b2, c2 in pairs) * (n_layers - layer - 1):
-                    continue
-                cand = total + kl[pair_key(b, c)][layer]
-                if bits not in nxt or cand < nxt[bits][0]:
-                    nxt[bits] = (cand, chosen + [(b, c)])
-        best = nxt
-    return min(best.values(), key=lambda item: item[0])[1]
 
 
 def main() -> None:
