@@ -12,7 +12,9 @@ kept exact and left out of the K token group's ranges -- an emulation, to see wh
 attention-sink tokens would pay before building a format for it) and/or ``+rotv`` (V's heads
 Hadamard-rotated around V's format, as ``pion.codecs.rotated`` does), e.g. ``kivi6g128:int6h64+rotvsink1``;
 or ``@<file.json>``, a per-layer mix as ``layer_sensitivity.py``/``kv_bit_split.py`` write it (keys k, v:
-one format per layer), run as a per-layer SCHEMA would store it.
+one format per layer), run as a per-layer SCHEMA would store it. ``--exact-tail k|v|kv`` keeps the last
+n % 128 rows of every layer's K and/or V exact in every configuration of the run (an emulation, to
+see what the per-token tail rows of the 128-token-group formats cost).
 
     .venv/bin/python benchmarks/fidelity_screen.py [--dev-questions 3] [--tokens 50] \
         kivi6g64:int6h64 kivi5g64:int7h64 "kivi5g64:int6h64+sink4" ...
@@ -60,6 +62,20 @@ def round_trip(states: torch.Tensor, fmt: str, sink: int, rotate: bool = False) 
     return torch.from_numpy(back).reshape(n, heads, head_dim).transpose(0, 1).unsqueeze(0).contiguous()
 
 
+def with_exact_tail(pair: tuple[torch.Tensor, torch.Tensor], exact: tuple[torch.Tensor, torch.Tensor],
+                    sides: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(K, V) round-tripped, with the rows after the last full 128-token group taken from ``exact``
+    on the named sides ("k", "v" or "kv")."""
+    out = []
+    for side, got, ref in zip("kv", pair, exact):
+        start = ref.shape[2] // 128 * 128
+        if side in sides and start < ref.shape[2]:
+            got = got.clone()
+            got[:, :, start:] = ref[:, :, start:].to(got.dtype)
+        out.append(got)
+    return out[0], out[1]
+
+
 def parse_config(text: str) -> tuple[str, str, int, bool]:
     """``K:V[+[rotv][sinkS]]`` -> (K format, V format, S, rotate V)."""
     pair, _, extra = text.partition("+")
@@ -97,6 +113,8 @@ def main() -> None:
     parser.add_argument("configs", nargs="+")
     parser.add_argument("--dev-questions", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=50)
+    parser.add_argument("--exact-tail", choices=["k", "v", "kv"], default="",
+                        help="keep each layer's last n %% 128 rows of K and/or V exact (emulation)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -125,6 +143,8 @@ def main() -> None:
         for suffix, ref, logp, exact in prepared:
             layers = [(round_trip(k, k_fmt, sink), round_trip(v, v_fmt, sink, rotate))
                       for (k, v), (k_fmt, v_fmt, sink, rotate) in zip(exact, per_layer)]
+            if args.exact_tail:
+                layers = [with_exact_tail(pair, ex, args.exact_tail) for pair, ex in zip(layers, exact)]
             cache = dynamic_cache(model.config, layers, torch.float32)
             logits = teacher_forced(model, suffix, cache, ref)
             restored = torch.log_softmax(logits[:len(ref)], dim=-1)
