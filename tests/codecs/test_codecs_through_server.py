@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import redis
-from support.procs import ServerProcess
 
 from pion.codecs import get_codec
 
 QUANTIZED = ["int8", "fp8", "turbo4", "turbo3", "turbo2", "mlx4g32"]
 KV_DIM = 192
-
-
-@pytest.fixture(scope="module")
-def conn(shared_pion_server: ServerProcess) -> Iterator[redis.Redis]:
-    with shared_pion_server.client() as client:
-        yield client
 
 
 def rows(n: int, seed: int) -> np.ndarray:

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
-from support.procs import ServerProcess
 
 from pion.codecs import get_codec
 
@@ -23,12 +21,6 @@ from kv_bit_budget import choose, pair_key  # noqa: E402
 
 MIXES = [BENCH / "data" / "kv_bit_split_smollm2.json", BENCH / "data" / "kv_bit_split_same_bytes_smollm2.json"]
 KV_DIM = 192  # SmolLM2-135M: 3 KV heads x 64
-
-
-@pytest.fixture(scope="module")
-def conn(shared_pion_server: ServerProcess) -> Iterator[redis.Redis]:
-    with shared_pion_server.client() as client:
-        yield client
 
 
 def table(values: dict[tuple[int, int], list[float]]) -> dict[str, list[float]]:

@@ -3,38 +3,16 @@ KV.PREFIX.REGISTER.SCHEMA, the kivi6 token-group rules hold, any range of int6h6
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import redis
-from support.procs import ServerProcess
+from support.codec_rows import CodecRows
 
 from pion.codecs import get_codec
 
 KV_DIM = 128
-
-
-@pytest.fixture(scope="module")
-def conn(shared_pion_server: ServerProcess) -> Iterator[redis.Redis]:
-    with shared_pion_server.client() as client:
-        yield client
-
-
-def rows(n: int, seed: int) -> np.ndarray:
-    x = np.random.default_rng(seed).standard_normal((n, KV_DIM)).astype(np.float32)
-    x[:, 3] = 30 + x[:, 3]  # an outlier channel, as in K
-    return x
-
-
-def decoded(name: str, data: np.ndarray) -> np.ndarray:
-    codec = get_codec(name)
-    return codec.decode(codec.encode(data), KV_DIM)
-
-
-def fetch_f32(conn: redis.Redis, sid: str, layer: int, a: int, b: int) -> np.ndarray:
-    blob = conn.execute_command("V.FETCH", sid, layer, "RANGE", a, b)
-    return np.frombuffer(blob, dtype="<f4").reshape(-1, KV_DIM)
+ROWS = CodecRows(KV_DIM)
+rows, decoded, fetch_f32 = ROWS.rows, ROWS.decoded, ROWS.fetch_f32
 
 
 def test_the_6_bit_pair_registers_through_schema_and_restores_what_the_codecs_decode(conn: redis.Redis) -> None:

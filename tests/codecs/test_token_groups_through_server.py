@@ -7,39 +7,19 @@ stored blob and slicing it. Restarts (WAL replay and snapshots) give back the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
-from support.procs import ServerProcess, start_server
+from support.codec_rows import CodecRows
+from support.procs import start_server
 
 from pion.codecs import get_codec
 
 KV_DIM = 64
-
-
-@pytest.fixture(scope="module")
-def conn(shared_pion_server: ServerProcess) -> Iterator[redis.Redis]:
-    with shared_pion_server.client() as client:
-        yield client
-
-
-def rows(n: int, seed: int) -> np.ndarray:
-    x = np.random.default_rng(seed).standard_normal((n, KV_DIM)).astype(np.float32)
-    x[:, 3] *= 30  # an outlier channel, as in K
-    return x
-
-
-def fetch_f32(conn: redis.Redis, sid: str, layer: int, a: int, b: int) -> np.ndarray:
-    blob = conn.execute_command("V.FETCH", sid, layer, "RANGE", a, b)
-    return np.frombuffer(blob, dtype="<f4").reshape(-1, KV_DIM)
-
-
-def decoded(name: str, data: np.ndarray) -> np.ndarray:
-    codec = get_codec(name)
-    return codec.decode(codec.encode(data), KV_DIM)
+ROWS = CodecRows(KV_DIM, outlier="scale")
+rows, decoded, fetch_f32 = ROWS.rows, ROWS.decoded, ROWS.fetch_f32
 
 
 def test_a_range_fetch_equals_decoding_the_whole_blob_and_slicing(conn: redis.Redis) -> None:
