@@ -28,38 +28,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from pion import load_model
 from pion.client.runtimes.transformers_kv import KvShape, dynamic_cache
-from pion.client.runtimes.transformers_runtime import encode_prompt, eos_ids, generate_ids, prefill
+from pion.client.runtimes.transformers_runtime import eos_ids
 from pion.codecs import get_codec
-from pion.codecs.rotated import rotate_heads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from layer_sensitivity import TEST_QUESTIONS
+from layer_sensitivity import dev_queries, dev_reference, round_trip
 from output_fidelity import continue_greedy, teacher_forced
-from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user
-
-
-def round_trip(states: torch.Tensor, fmt: str, sink: int, rotate: bool = False) -> torch.Tensor:
-    """[1, H, N, D] through a codec in the V-store's [N, H*D] row layout; the first ``sink`` rows are
-    replaced by row ``sink`` before encoding (out of every range) and restored exactly after; with
-    ``rotate`` each head is Hadamard-rotated before the codec and rotated back after."""
-    _, heads, n, head_dim = states.shape
-    rows = np.ascontiguousarray(states[0].transpose(0, 1).reshape(n, heads * head_dim).float().numpy())
-    if rotate:
-        rows = rotate_heads(rows, head_dim)
-    stored = rows.copy()
-    if 0 < sink < n:
-        stored[:sink] = stored[sink]
-    codec = get_codec(fmt)
-    back = np.array(codec.decode(codec.encode(stored), heads * head_dim))
-    back[:sink] = rows[:sink]
-    if rotate:
-        back = rotate_heads(back, head_dim)
-    return torch.from_numpy(back).reshape(n, heads, head_dim).transpose(0, 1).unsqueeze(0).contiguous()
 
 
 def with_exact_tail(pair: tuple[torch.Tensor, torch.Tensor], exact: tuple[torch.Tensor, torch.Tensor],
@@ -121,19 +99,9 @@ def main() -> None:
     model, tok = load_model(device="cpu")
     eos = eos_ids(model, tok)
     shape = KvShape.from_config(model.config)
-    dev = QUESTIONS[TEST_QUESTIONS:TEST_QUESTIONS + args.dev_questions]
-    queries = [(encode_prompt(tok, chat_system(f"{role} {POLICY}")), encode_prompt(tok, chat_user(q)))
-               for role in ROLES for q in dev]
-    prepared = []
-    for prefix, suffix in queries:
-        ref = generate_ids(model, tok, prefix + suffix, max_tokens=args.tokens)
-        with torch.inference_mode():
-            logits = model(input_ids=torch.tensor([prefix + suffix + ref])).logits[0]
-        first = len(prefix) + len(suffix) - 1
-        logp = torch.log_softmax(logits[first:first + len(ref)].float(), dim=-1)
-        cache = prefill(model, prefix)
-        exact = [(cache.layers[j].keys, cache.layers[j].values) for j in range(shape.n_layers)]
-        prepared.append((suffix, ref, logp, exact))
+    queries = dev_queries(tok, args.dev_questions)
+    prepared = [(suffix, *dev_reference(model, tok, prefix, suffix, args.tokens, shape.n_layers))
+                for prefix, suffix in queries]
     print(f"{len(queries)} dev queries x {args.tokens} tokens ({time.perf_counter() - started:.0f} s)", flush=True)
     print("| K : V | bytes vs fp16 | identical | top-1 | mean KL |\n|---|---:|---:|---:|---:|")
     for text in args.configs:

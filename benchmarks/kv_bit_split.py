@@ -36,14 +36,12 @@ import torch
 
 from pion import load_model
 from pion.client.runtimes.transformers_kv import KvShape
-from pion.client.runtimes.transformers_runtime import encode_prompt, generate_ids, prefill
 from pion.codecs import get_codec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fidelity_screen import round_trip
 from kv_bit_budget import BITS, choose, pair_formats, pair_key
-from layer_sensitivity import TEST_QUESTIONS, kl_with
-from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user
+from layer_sensitivity import TEST_QUESTIONS, dev_queries, dev_reference, kl_with, round_trip
+from ttft_workload import ROLES
 
 DEFAULT_OUT = Path(__file__).parent / "data" / "kv_bit_split_smollm2.json"
 
@@ -62,18 +60,10 @@ def main() -> None:
     shape = KvShape.from_config(model.config)
     kl: dict[str, list[float]] = json.loads(args.table.read_text())["mean_kl_per_layer"] if args.table else {}
     todo = [(b, c) for b in BITS for c in BITS if pair_key(b, c) not in kl]
-    dev = QUESTIONS[TEST_QUESTIONS:TEST_QUESTIONS + args.dev_questions]
-    queries = [(encode_prompt(tok, chat_system(f"{role} {POLICY}")), encode_prompt(tok, chat_user(q)))
-               for role in ROLES for q in dev] if todo else []
+    queries = dev_queries(tok, args.dev_questions) if todo else []
     measured = np.zeros((shape.n_layers, len(todo)))
     for i, (prefix, suffix) in enumerate(queries):
-        reference = generate_ids(model, tok, prefix + suffix, max_tokens=args.tokens)
-        with torch.inference_mode():
-            logits = model(input_ids=torch.tensor([prefix + suffix + reference])).logits[0]
-        first = len(prefix) + len(suffix) - 1
-        ref_logp = torch.log_softmax(logits[first:first + len(reference)].float(), dim=-1)
-        cache = prefill(model, prefix)
-        exact = [(cache.layers[j].keys, cache.layers[j].values) for j in range(shape.n_layers)]
+        reference, ref_logp, exact = dev_reference(model, tok, prefix, suffix, args.tokens, shape.n_layers)
         for layer in range(shape.n_layers):
             for s, (b, c) in enumerate(todo):
                 k_fmt, v_fmt = pair_formats(b, c)

@@ -39,6 +39,7 @@ from pion.client.runtimes.transformers_runtime import (
     prefill,
 )
 from pion.codecs import get_codec
+from pion.codecs.rotated import rotate_heads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ttft_workload import POLICY, QUESTIONS, ROLES, chat_system, chat_user
@@ -47,13 +48,45 @@ TEST_QUESTIONS = 4  # output_fidelity.py asks QUESTIONS[:4] of every system prom
 DEFAULT_OUT = Path(__file__).parent / "data" / "layer_mix_smollm2.json"
 
 
-def round_trip(states: torch.Tensor, fmt: str) -> torch.Tensor:
-    """[1, H, N, D] through a codec in the V-store's [N, H*D] row layout, back to [1, H, N, D]."""
+def round_trip(states: torch.Tensor, fmt: str, sink: int = 0, rotate: bool = False) -> torch.Tensor:
+    """[1, H, N, D] through a codec in the V-store's [N, H*D] row layout, back to [1, H, N, D]; the
+    first ``sink`` rows are replaced by row ``sink`` before encoding (out of every range) and restored
+    exactly after; with ``rotate`` each head is Hadamard-rotated before the codec and rotated back after."""
     _, heads, n, head_dim = states.shape
-    rows = states[0].transpose(0, 1).reshape(n, heads * head_dim).float().numpy()
+    rows = np.ascontiguousarray(states[0].transpose(0, 1).reshape(n, heads * head_dim).float().numpy())
+    if rotate:
+        rows = rotate_heads(rows, head_dim)
+    stored = rows.copy()
+    if 0 < sink < n:
+        stored[:sink] = stored[sink]
     codec = get_codec(fmt)
-    back = codec.decode(codec.encode(np.ascontiguousarray(rows)), heads * head_dim)
-    return torch.from_numpy(np.array(back)).reshape(n, heads, head_dim).transpose(0, 1).unsqueeze(0).contiguous()
+    back = np.array(codec.decode(codec.encode(stored), heads * head_dim))
+    back[:sink] = rows[:sink]
+    if rotate:
+        back = rotate_heads(back, head_dim)
+    return torch.from_numpy(back).reshape(n, heads, head_dim).transpose(0, 1).unsqueeze(0).contiguous()
+
+
+def dev_queries(tok: Any, dev_questions: int) -> list[tuple[list[int], list[int]]]:
+    """(prefix, suffix) token ids of the dev split: every system prompt with QUESTIONS past the
+    test split's (module docstring)."""
+    dev = QUESTIONS[TEST_QUESTIONS:TEST_QUESTIONS + dev_questions]
+    return [(encode_prompt(tok, chat_system(f"{role} {POLICY}")), encode_prompt(tok, chat_user(q)))
+            for role in ROLES for q in dev]
+
+
+def dev_reference(model: Any, tok: Any, prefix: list[int], suffix: list[int], tokens: int, n_layers: int
+                  ) -> tuple[list[int], torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """One dev query's uncached greedy reference, its next-token log-probabilities over the
+    reference's steps, and the prefix's exact K/V per layer (what the screens quantize)."""
+    reference = generate_ids(model, tok, prefix + suffix, max_tokens=tokens)
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([prefix + suffix + reference])).logits[0]
+    first = len(prefix) + len(suffix) - 1
+    ref_logp = torch.log_softmax(logits[first:first + len(reference)].float(), dim=-1)
+    cache = prefill(model, prefix)
+    exact = [(cache.layers[j].keys, cache.layers[j].values) for j in range(n_layers)]
+    return reference, ref_logp, exact
 
 
 def kl_with(model: Any, layers: list[tuple[torch.Tensor, torch.Tensor]], suffix: list[int], reference: list[int],
@@ -82,18 +115,10 @@ def main() -> None:
     started = time.perf_counter()
     model, tok = load_model(device="cpu")
     shape = KvShape.from_config(model.config)
-    dev = QUESTIONS[TEST_QUESTIONS:TEST_QUESTIONS + args.dev_questions]
-    queries = [(encode_prompt(tok, chat_system(f"{role} {POLICY}")), encode_prompt(tok, chat_user(q)))
-               for role in ROLES for q in dev]
+    queries = dev_queries(tok, args.dev_questions)
     per_layer = np.zeros(shape.n_layers)
     for i, (prefix, suffix) in enumerate(queries):
-        reference = generate_ids(model, tok, prefix + suffix, max_tokens=args.tokens)
-        with torch.inference_mode():
-            logits = model(input_ids=torch.tensor([prefix + suffix + reference])).logits[0]
-        first = len(prefix) + len(suffix) - 1
-        ref_logp = torch.log_softmax(logits[first:first + len(reference)].float(), dim=-1)
-        cache = prefill(model, prefix)
-        exact = [(cache.layers[j].keys, cache.layers[j].values) for j in range(shape.n_layers)]
+        reference, ref_logp, exact = dev_reference(model, tok, prefix, suffix, args.tokens, shape.n_layers)
         for layer in range(shape.n_layers):
             layers = list(exact)
             layers[layer] = (round_trip(exact[layer][0], args.low_k), round_trip(exact[layer][1], args.low_v))
