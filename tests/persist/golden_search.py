@@ -10,15 +10,13 @@ snapshot directory also holds a snapshot with HSET, EXPIRE, FT.CREATE and FT.GRA
 
 from __future__ import annotations
 
-import json
-import shutil
 import struct
 from pathlib import Path
 
 import numpy as np
 import redis
 
-from support.procs import start_server
+from support.golden_files import regenerate
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "search"
 DIM = 8
@@ -90,43 +88,5 @@ def answers(r: redis.Redis) -> object:
     return out
 
 
-def _copy_data(src: Path, dst: Path) -> None:
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in sorted(src.iterdir()):
-        if f.name.startswith("pion."):
-            shutil.copy2(f, dst / f.name)
-
-
-def write_golden(root: Path) -> dict[str, object]:
-    """Write ``wal_only/`` and ``with_snapshot/`` under ``root``; return their answers."""
-    expected: dict[str, object] = {}
-    work = root / "_work"
-    for name in ("wal_only", "with_snapshot"):
-        server = start_server(work / name, "--appendfsync", "always")
-        try:
-            r = server.client()
-            fill(r)
-            if name == "with_snapshot":
-                assert r.execute_command("SAVE") is True
-                fill_after_snapshot(r)
-        finally:
-            server.kill9()  # no shutdown snapshot: the files are exactly what was logged
-        _copy_data(work / name, root / name)
-        check_dir = work / f"{name}_check"
-        _copy_data(root / name, check_dir)
-        server = start_server(check_dir)
-        try:
-            expected[name] = answers(server.client())
-        finally:
-            server.stop()
-    shutil.rmtree(work)
-    return expected
-
-
 if __name__ == "__main__":
-    if GOLDEN_DIR.exists():
-        shutil.rmtree(GOLDEN_DIR)
-    GOLDEN_DIR.mkdir(parents=True)
-    result = write_golden(GOLDEN_DIR)
-    (GOLDEN_DIR / "expected.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    print("wrote", sorted(p.name for p in GOLDEN_DIR.rglob("*")))
+    regenerate(GOLDEN_DIR, fill, fill_after_snapshot, answers)

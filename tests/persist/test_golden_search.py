@@ -7,35 +7,18 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from persist.golden_search import GOLDEN_DIR, answers, fill
-from pion.server.persist.files import DataLayout
-from pion.server.persist.records import RecordType, encode_fields
-from pion.server.persist.recovery import recover
-from pion.server.store.records import decode_record
+from pion.server.persist.records import RecordType
+from support.golden_files import logged_records
 from support.procs import start_server
 from support.redisearch import needs_hnswlib
 
 pytestmark = needs_hnswlib  # the "docs" index is HNSW (its graph is in the snapshot)
 
 EXPECTED = json.loads((GOLDEN_DIR / "expected.json").read_text())
-
-
-def _payload(fields: dict[str, Any]) -> bytes:
-    return b"".join(bytes(part) for part in encode_fields(fields))
-
-
-def _records(data_dir: Path) -> list[tuple[int, bytes, bytes]]:
-    """(type, payload as read, payload of the decoded record class) of every record."""
-    out: list[tuple[int, bytes, bytes]] = []
-
-    def sink(rtype: int, fields: dict[str, Any]) -> None:
-        out.append((rtype, _payload(fields), _payload(decode_record(rtype, fields).fields())))
-    recover(DataLayout(data_dir, 0), sink)
-    return out
 
 
 @pytest.mark.parametrize("name", ["wal_only", "with_snapshot"])
@@ -52,7 +35,7 @@ def test_golden_hash_and_index_files_from_main_answer_the_same_after_a_restart(
 
 @pytest.mark.parametrize("name", ["wal_only", "with_snapshot"])
 def test_every_golden_record_decodes_into_a_class_that_encodes_the_same_bytes(name: str) -> None:
-    records = _records(GOLDEN_DIR / name)
+    records = logged_records(GOLDEN_DIR / name)
     assert [(t, read) for t, read, _ in records] == [(t, again) for t, _, again in records]
     types = {t for t, _, _ in records}
     wanted = {RecordType.HSET, RecordType.FT_CREATE}
@@ -69,7 +52,7 @@ def test_the_same_commands_log_the_same_records_as_main_did(tmp_path: Path) -> N
 
     def masked(data_dir: Path) -> list[tuple[int, bytes]]:
         out = []
-        for rtype, payload, _ in _records(data_dir):
+        for rtype, payload, _ in logged_records(data_dir):
             if rtype == RecordType.EXPIRE:  # EXPIRE's deadline is now + TTL
                 payload = b"EXPIRE"
             out.append((rtype, payload))
