@@ -3,13 +3,8 @@ the cut, through the same sink the server uses; snapshot records rebuild the sam
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from pion.server.persist import RecordType
 from pion.server.persist.binding import make_sink, snapshot_fields
@@ -49,19 +44,6 @@ def applied(n: int) -> dict[str, dict[int, bytes]]:
     for rtype, fields in RECORDS[:n]:
         sink(rtype, dict(fields))
     return contents(store)
-
-
-@pytest.fixture
-def fast_dir(tmp_path: Path) -> Iterator[Path]:
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
-        yield tmp_path
-        return
-    path = Path(tempfile.mkdtemp(prefix="pion-ssm-", dir=shm))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_cutting_a_wal_of_ssm_records_at_every_byte_recovers_exactly_a_prefix(fast_dir: Path) -> None:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,20 +53,6 @@ def _replay(layout: DataLayout, repair: bool = False) -> list[tuple[int, dict[st
     seen: list[tuple[int, dict[str, Any]]] = []
     recover(layout, lambda rtype, fields: seen.append((rtype, _normalize(fields))), repair=repair)
     return seen
-
-
-@pytest.fixture
-def fast_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory on tmpfs when there is one: ~800 recoveries each fsync a cut file."""
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
-        yield tmp_path
-        return
-    path = Path(tempfile.mkdtemp(prefix="pion-persist-", dir=shm))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_cutting_a_wal_at_every_byte_recovers_exactly_a_prefix(fast_dir: Path) -> None:
