@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import redis
 import torch
 
 from pion import PionClient
@@ -33,7 +32,7 @@ from pion.client.prefix_transport import LayerFormats, PrefixTransport, stacked_
 from pion.client.runtimes.transformers_kv import KvShape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ttft_workload import _free_port as free_port  # the benchmarks' one port picker, imported after the path
+from ttft_workload import start_server  # the benchmarks' one server starter, imported after the path
 
 SHAPE = KvShape(n_layers=2, n_kv_heads=2, head_dim=32)  # kv_dim 64
 N_TOKENS = 32  # fp16: 2 sides x 2 layers x 32 tokens x 64 x 2 B = 16 KiB per prefix
@@ -68,20 +67,8 @@ class Result:
 
 
 def start(policy: str, maxmemory: int, data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "pion.server", "--port", str(port), "--dir", data_dir,
-                             "--binary-port", "0", "--admission", policy, "--maxmemory", str(maxmemory),
-                             "--max-sessions", "1000000", "--appendfsync", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if redis.Redis(port=port, socket_timeout=1).ping():
-                return proc, port
-        except redis.RedisError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("pion-server did not start")
+    return start_server(data_dir, "--binary-port", "0", "--admission", policy, "--maxmemory", str(maxmemory),
+                        "--max-sessions", "1000000", "--appendfsync", "no")
 
 
 def info(client: PionClient) -> dict[str, int]:

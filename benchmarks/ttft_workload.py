@@ -97,10 +97,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "pion.server", "--port", str(port), "--dir", data_dir],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_server(data_dir: str, *args: str, env: dict[str, str] | None = None,
+                 port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``pion-server`` on ``port`` (a free one by default) with ``args``; wait for PING.
+
+    The benchmarks' one way to start a bare server process they own (``tests/support/procs``
+    is the tests' richer one)."""
+    port = _free_port() if port is None else port
+    proc = subprocess.Popen([sys.executable, "-m", "pion.server", "--port", str(port), "--dir", data_dir, *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=None if env is None else {**os.environ, **env})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
