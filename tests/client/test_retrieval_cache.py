@@ -16,6 +16,7 @@ from pion.client.retrieval_cache import HybridRetrievalCache
 from pion.client.rope import KeyRotator, UnsupportedRope
 from pion.client.runtimes.transformers_runtime import forward_logits, prefill
 from support.procs import ServerProcess
+from support.tiny_llama import tiny_llama
 
 CHUNK_A = [5, 6, 7, 8, 9, 10, 11]
 CHUNK_B = [20, 21, 22, 23, 24]
@@ -23,19 +24,14 @@ CHUNK_C = [40, 41, 42]
 SUFFIX = [60, 61, 62]
 
 
-def tiny_llama(rope: dict[str, Any] | None = None, n_layers: int = 3) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=n_layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         rope_parameters=rope or {"rope_type": "default", "rope_theta": 10000.0})
-    return LlamaForCausalLM(config).eval()
+def rope_llama(rope: dict[str, Any] | None = None) -> Any:
+    """The tiny Llama with three layers and the given RoPE scaling (plain RoPE by default)."""
+    return tiny_llama(n_layers=3, rope=rope or {"rope_type": "default", "rope_theta": 10000.0})
 
 
 @pytest.fixture(scope="module")
 def llama() -> Any:
-    return tiny_llama()
+    return rope_llama()
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -66,7 +62,7 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 def test_rerotating_a_roped_key_by_delta_equals_roping_it_at_the_new_position(rope: dict[str, Any] | None) -> None:
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    model = tiny_llama(rope)
+    model = rope_llama(rope)
     rotator = KeyRotator(model)
     rotary = model.model.rotary_emb
     k = torch.randn(1, 2, 6, 16)
@@ -81,7 +77,7 @@ def test_rerotating_a_roped_key_by_delta_equals_roping_it_at_the_new_position(ro
 
 
 def test_yarn_attention_scaling_is_applied_once_not_twice() -> None:
-    rotator = KeyRotator(tiny_llama(YARN))
+    rotator = KeyRotator(rope_llama(YARN))
     assert rotator.attention_scaling == pytest.approx(1.1386294361)
     k = torch.randn(1, 2, 4, 16)
     assert torch.linalg.vector_norm(rotator.rotate(k, 10), dim=-1).sub(
@@ -90,7 +86,7 @@ def test_yarn_attention_scaling_is_applied_once_not_twice() -> None:
 
 def test_dynamic_ntk_rope_is_refused_with_a_clear_error() -> None:
     with pytest.raises(UnsupportedRope) as exc:
-        HybridRetrievalCache(tiny_llama({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}))
+        HybridRetrievalCache(rope_llama({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}))
     assert str(exc.value).startswith("rope_type 'dynamic' recomputes its frequencies from the sequence length")
 
 

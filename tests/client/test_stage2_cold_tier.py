@@ -9,14 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import torch
 
 from pion import PionPromptCache, make_pion_prompt_cache
-from pion.client.runtimes.transformers_runtime import cache_forward_kwargs
 from support.procs import ServerProcess, start_server
 from support.redis_cluster import cluster_tools_missing, start_cluster
+from support.tiny_llama import dense_suffix_logits, logits, max_err, tiny_llama
 
 PREFIX = list(range(3, 43))  # 40 tokens
 SUFFIX = [50, 51, 52, 53, 54, 55]
@@ -26,14 +24,7 @@ pytestmark = pytest.mark.skipif(cluster_tools_missing() is not None, reason=str(
 
 @pytest.fixture(scope="module")
 def tiny() -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
-    model = LlamaForCausalLM(config).eval()
-    model.pion_model_id = "tiny-llama-gqa"
-    return model
+    return tiny_llama("tiny-llama-gqa")
 
 
 @pytest.fixture(scope="module")
@@ -50,25 +41,11 @@ def fronts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ServerProc
         cluster.stop()
 
 
-@torch.inference_mode()
-def logits(model: Any, ids: list[int], cache: Any | None = None) -> np.ndarray:
-    kwargs = cache_forward_kwargs(model, cache) if cache is not None else {}
-    out = model(input_ids=torch.tensor([ids]), use_cache=cache is not None, **kwargs)
-    return out.logits[0].float().numpy()
-
-
-def dense_suffix_logits(model: Any) -> np.ndarray:
-    model.set_attn_implementation("sdpa")
-    return logits(model, PREFIX + SUFFIX)[len(PREFIX):]
-
-
-def max_err(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a - b).max())
 
 
 def test_a_reader_on_front_b_restores_a_prefix_stored_through_front_a(
         tiny: Any, fronts: list[ServerProcess], monkeypatch: pytest.MonkeyPatch) -> None:
-    want = dense_suffix_logits(tiny)
+    want = dense_suffix_logits(tiny, PREFIX, SUFFIX)
     a, b = fronts
     with PionPromptCache(tiny, vquant="fp16", port=a.port, stage2=True) as writer:
         writer.get_or_prefill(PREFIX, namespace="two-fronts-hit")
@@ -85,7 +62,7 @@ def test_a_reader_on_front_b_restores_a_prefix_stored_through_front_a(
 
 def test_a_query_on_front_b_answers_coldmiss_and_the_lane_rehydrates_once(
         tiny: Any, fronts: list[ServerProcess], monkeypatch: pytest.MonkeyPatch) -> None:
-    want = dense_suffix_logits(tiny)
+    want = dense_suffix_logits(tiny, PREFIX, SUFFIX)
     a, b = fronts
     with PionPromptCache(tiny, vquant="fp16", port=a.port, stage2=True) as writer:
         writer.get_or_prefill(PREFIX, namespace="two-fronts-miss")

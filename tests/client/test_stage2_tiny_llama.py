@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 from pion import PionPromptCache, install_pion_attention_patch, make_pion_prompt_cache
-from pion.client.runtimes.transformers_runtime import cache_forward_kwargs, generate_ids
+from pion.client.runtimes.transformers_runtime import generate_ids
 from support.procs import ServerProcess
+from support.tiny_llama import dense_suffix_logits, logits, max_err, tiny_llama
 
 PREFIX = list(range(3, 43))  # 40 tokens
 SUFFIX = [50, 51, 52, 53, 54, 55]
@@ -30,15 +30,7 @@ class _IdTokenizer:
 
 @pytest.fixture(scope="module")
 def tiny() -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
-    config.eos_token_id = None
-    model = LlamaForCausalLM(config).eval()
-    model.pion_model_id = "tiny-llama-gqa"
-    return model
+    return tiny_llama("tiny-llama-gqa", without_eos=True)
 
 
 @pytest.fixture(autouse=True)
@@ -48,20 +40,6 @@ def sdpa_first(tiny: Any) -> Iterator[None]:
     tiny.set_attn_implementation("sdpa")
 
 
-@torch.inference_mode()
-def logits(model: Any, ids: list[int], cache: Any | None = None) -> np.ndarray:
-    kwargs = cache_forward_kwargs(model, cache) if cache is not None else {}
-    out = model(input_ids=torch.tensor([ids]), use_cache=cache is not None, **kwargs)
-    return out.logits[0].float().numpy()
-
-
-def dense_suffix_logits(model: Any) -> np.ndarray:
-    model.set_attn_implementation("sdpa")
-    return logits(model, PREFIX + SUFFIX)[len(PREFIX):]
-
-
-def max_err(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a - b).max())
 
 
 def test_pion_attention_without_a_stage2_cache_falls_through_to_sdpa(tiny: Any) -> None:
@@ -74,7 +52,7 @@ def test_pion_attention_without_a_stage2_cache_falls_through_to_sdpa(tiny: Any) 
 @pytest.mark.parametrize("lane", ["inproc", "resp", "binary"])
 def test_stage2_suffix_logits_equal_dense_attention_on_every_lane(tiny: Any, shared_pion_server: ServerProcess,
                                                                   lane: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    want = dense_suffix_logits(tiny)
+    want = dense_suffix_logits(tiny, PREFIX, SUFFIX)
     ns = f"tiny-{lane}"
     writer = PionPromptCache(tiny, vquant="fp32", port=shared_pion_server.port, stage2=True)
     cache = writer.get_or_prefill(PREFIX, namespace=ns)
@@ -117,7 +95,7 @@ def test_stage2_greedy_decoding_equals_the_uncached_model(tiny: Any, shared_pion
 
 def test_a_demoted_prefix_is_rehydrated_once_and_answers_correctly(tiny: Any, pion_server: ServerProcess,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    want = dense_suffix_logits(tiny)
+    want = dense_suffix_logits(tiny, PREFIX, SUFFIX)
     ns = "tiny-cold"
     with PionPromptCache(tiny, vquant="fp16", port=pion_server.port, stage2=True) as writer:
         writer.get_or_prefill(PREFIX, namespace=ns)
@@ -146,7 +124,7 @@ def test_make_pion_prompt_cache_refuses_a_stage1_prompt_cache(tiny: Any, shared_
 def test_with_no_server_stage2_prefills_locally_and_attends_in_process(tiny: Any) -> None:
     from support.procs import free_port
 
-    want = dense_suffix_logits(tiny)
+    want = dense_suffix_logits(tiny, PREFIX, SUFFIX)
     with PionPromptCache(tiny, vquant="fp32", port=free_port(), stage2=True) as pc:
         assert pc.local_only is True
         cache = pc.get_or_prefill(PREFIX, namespace="tiny-local")

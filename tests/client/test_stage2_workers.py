@@ -15,6 +15,7 @@ import torch
 from pion import PionPromptCache, make_pion_prompt_cache
 from pion.client.runtimes.transformers_runtime import cache_forward_kwargs
 from support.procs import free_port
+from support.tiny_llama import tiny_llama
 from support.workers import WorkerGroup, start_workers, worker_info
 
 PREFIX = list(range(3, 35))  # 32 tokens
@@ -23,14 +24,7 @@ SUFFIX = [50, 51, 52, 53]
 
 @pytest.fixture(scope="module")
 def tiny() -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128)
-    model = LlamaForCausalLM(config).eval()
-    model.pion_model_id = "tiny-llama-workers"
-    return model
+    return tiny_llama("tiny-llama-workers", max_positions=128)
 
 
 @pytest.fixture(scope="module")
