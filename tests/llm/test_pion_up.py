@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from support.llm_procs import MODEL
+from support.pion_up import running_pion_up
 from support.proc_tree import children_of
 from support.procs import free_port
-
-READY_LINE = "Ctrl-C stops everything"
 
 
 def group_exists(pgid: int) -> bool:
@@ -44,25 +39,8 @@ def test_pion_up_comes_up_serves_a_chat_and_ctrl_c_leaves_no_process_behind(tmp_
     from openai import OpenAI
 
     llm_port = free_port()
-    cmd = [sys.executable, "-m", "pion.cli", "up", "--dir", str(tmp_path / "data"), "--pion-port", str(free_port()),
-           "--llm-port", str(llm_port), "--port", str(free_port()), "--llm-arg=--threads=1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    seen: list[str] = []
     children: list[int] = []
-    try:
-        deadline = time.monotonic() + 240
-        while not any(READY_LINE in line for line in seen):
-            assert time.monotonic() < deadline, "".join(seen)
-            assert proc.poll() is None, "".join(seen)
-            try:
-                seen.append(lines.get(timeout=1.0))
-            except queue.Empty:
-                continue
-        text = "".join(seen)
+    with running_pion_up(tmp_path / "data", free_port(), llm_port, free_port(), timeout_s=240) as (proc, text):
         assert "pion-server ready" in text
         assert "pion-llm ready" in text
         assert "curl -s http://127.0.0.1:" in text
@@ -75,10 +53,4 @@ def test_pion_up_comes_up_serves_a_chat_and_ctrl_c_leaves_no_process_behind(tmp_
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        reader.join(timeout=10)
-        proc.stdout.close()  # type: ignore[union-attr]
     assert [pid for pid in children if group_exists(pid)] == []
