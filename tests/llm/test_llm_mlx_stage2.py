@@ -22,10 +22,9 @@ from pion.common.errors import ConfigError  # noqa: E402
 from pion.llm.config import load_config  # noqa: E402
 from pion.llm.engine import Engine  # noqa: E402
 from pion.llm.mlx_ops import MLX_OPS  # noqa: E402
-from pion.llm.segments import plan_chat  # noqa: E402
 from pion.llm.stage2 import Stage2Restore  # noqa: E402
 from pion.llm.stores import PionSegmentStore  # noqa: E402
-from support.llm_engine import SYSTEM, run  # noqa: E402
+from support.llm_engine import check_stage2_turns  # noqa: E402
 from support.procs import ServerProcess  # noqa: E402
 
 
@@ -54,22 +53,8 @@ def engine_for(model: Any, tok: Any, port: int, stage2: bool) -> Engine:
 def test_mlx_stage2_turns_give_the_same_greedy_tokens_as_cold_and_stage1(
         tiny_mlx: tuple[Any, Any], shared_pion_server: ServerProcess) -> None:
     model, tok = tiny_mlx
-    cold = Engine(model, tok, "tiny", None, ops=MLX_OPS)
-    stage2 = engine_for(model, tok, shared_pion_server.port, stage2=True)
-    turn1 = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 2+2?"}]
-    answer, restored = run(stage2, turn1)
-    assert (restored, answer) == (0, run(cold, turn1)[0])
-    assert answer != ""  # 12 random-model tokens, not an immediate EOS
-    turn2 = [*turn1, {"role": "assistant", "content": answer}, {"role": "user", "content": "And 3+3?"}]
-    warm_text, warm_cached = run(stage2, turn2)
-    segments = plan_chat(tok, turn1).segments
-    assert warm_cached == len(segments[0]) + len(segments[1])
-    assert warm_text == run(cold, turn2)[0]
-    assert stage2.stage2 is not None and stage2.stage2.counters.wire_calls > 0
-    # another engine (a fresh process's view) restores the longer chain remotely; stage 1 agrees
-    fresh_text, fresh_cached = run(engine_for(model, tok, shared_pion_server.port, stage2=True), turn2)
-    assert (fresh_text, fresh_cached > warm_cached) == (warm_text, True)
-    assert run(engine_for(model, tok, shared_pion_server.port, stage2=False), turn2) == (fresh_text, fresh_cached)
+    check_stage2_turns(lambda stage2: engine_for(model, tok, shared_pion_server.port, stage2),
+                       Engine(model, tok, "tiny", None, ops=MLX_OPS))
 
 
 def test_stage2_is_accepted_with_runtime_mlx_and_a_device_still_is_not() -> None:

@@ -11,10 +11,10 @@ import pytest
 from pion.common.errors import ConfigError
 from pion.llm.config import load_config
 from pion.llm.engine import Engine
-from pion.llm.segments import ModelShape, plan_chat
+from pion.llm.segments import ModelShape
 from pion.llm.stage2 import Stage2Restore
 from pion.llm.stores import PionSegmentStore
-from support.llm_engine import SYSTEM, model_and_tokenizer, run  # the fixture too
+from support.llm_engine import SYSTEM, check_stage2_turns, model_and_tokenizer, run  # the fixture too
 from support.llm_procs import MODEL
 from support.procs import ServerProcess
 
@@ -30,22 +30,7 @@ def engine_for(model: Any, tok: Any, port: int, stage2: bool, vquant: str = "fp3
 def test_stage2_turns_give_the_same_greedy_text_as_cold_and_stage1(model_and_tokenizer: tuple[Any, Any],
                                                                     pion_server: ServerProcess) -> None:
     model, tok = model_and_tokenizer
-    stage2 = engine_for(model, tok, pion_server.port, stage2=True)
-    cold = Engine(model, tok, MODEL, None)
-    turn1 = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 2+2?"}]
-    answer, restored = run(stage2, turn1)
-    assert (restored, answer) == (0, run(cold, turn1)[0])
-    turn2 = [*turn1, {"role": "assistant", "content": answer}, {"role": "user", "content": "And 3+3?"}]
-    warm_text, warm_cached = run(stage2, turn2)
-    segments = plan_chat(tok, turn1).segments
-    assert warm_cached == len(segments[0]) + len(segments[1])
-    assert warm_text == run(cold, turn2)[0]
-    assert stage2.stage2 is not None and stage2.stage2.counters.wire_calls > 0
-    # A fresh engine (another process) restores the chain remotely — now also turn 2's own user
-    # message, stored by the run above — and a stage-1 engine restoring by V.MFETCH agrees.
-    fresh_text, fresh_cached = run(engine_for(model, tok, pion_server.port, stage2=True), turn2)
-    assert (fresh_text, fresh_cached > warm_cached) == (warm_text, True)
-    assert run(engine_for(model, tok, pion_server.port, stage2=False), turn2) == (fresh_text, fresh_cached)
+    check_stage2_turns(lambda stage2: engine_for(model, tok, pion_server.port, stage2), Engine(model, tok, MODEL, None))
 
 
 def test_a_demoted_segment_is_rehydrated_from_the_v_store(model_and_tokenizer: tuple[Any, Any],
