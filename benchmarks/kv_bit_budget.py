@@ -4,11 +4,17 @@ Why a knapsack: every bit of K or V costs the same bytes a token (kv_dim/8 plus 
 and sink-row bytes for each sink-row format), so "mean K + V bits <= 12 a layer" is the 39.8% budget,
 and the layers' measured KLs are the values to minimise; with 3 x 3 pairs and 30 layers an exact
 dynamic programme over bits used is instant.
+
+The fifth round widened the menu to K 5..8 bits (``kivi8g128s``) and V 4..7 (``int4h64s128``): the same
+24 bytes a bit at kv_dim 192, so the budget arithmetic is unchanged. A table may hold a pair for only
+some layers (``None`` elsewhere: not measured there, so not offered there) -- the new cells were measured
+only where the earlier table said they could pay.
 """
 
 from __future__ import annotations
 
-BITS = (5, 6, 7)
+K_BITS = (5, 6, 7, 8)
+V_BITS = (4, 5, 6, 7)
 MEAN_BITS = 12  # K + V bits a layer on average: 306 bytes a token at kv_dim 192, 39.8% of fp16
 
 
@@ -21,11 +27,12 @@ def pair_key(k_bits: int, v_bits: int) -> str:
     return f"K{k_bits}/V{v_bits}"
 
 
-def choose(kl: dict[str, list[float]], n_layers: int, same_bytes: bool) -> list[tuple[int, int]]:
+def choose(kl: dict[str, list[float | None]], n_layers: int, same_bytes: bool) -> list[tuple[int, int]]:
     """One (K bits, V bits) per layer with the least summed KL and sum(bits) <= MEAN_BITS * n_layers
     (``same_bytes``: K + V == MEAN_BITS on every layer). ``kl`` maps pair_key -> KL per layer; pairs
-    it lacks are not used. Ties go to the pair listed first (fewer K bits, then fewer V bits)."""
-    pairs = [(b, c) for b in BITS for c in BITS if pair_key(b, c) in kl and (not same_bytes or b + c == MEAN_BITS)]
+    it lacks, or holds as None for a layer, are not used (there). Ties go to the pair listed first (fewer K
+    bits, then fewer V bits)."""
+    pairs = [(b, c) for b in K_BITS for c in V_BITS if pair_key(b, c) in kl and (not same_bytes or b + c == MEAN_BITS)]
     if not pairs:
         raise ValueError("no (K, V) pair in the table fits the budget")
     cheapest = min(b + c for b, c in pairs)
@@ -36,9 +43,10 @@ def choose(kl: dict[str, list[float]], n_layers: int, same_bytes: bool) -> list[
         for used, (total, chosen) in sorted(best.items()):
             for b, c in pairs:
                 bits = used + b + c
-                if bits + cheapest * (n_layers - layer - 1) > budget:
+                value = kl[pair_key(b, c)][layer]
+                if value is None or bits + cheapest * (n_layers - layer - 1) > budget:
                     continue
-                cand = total + kl[pair_key(b, c)][layer]
+                cand = total + value
                 if bits not in nxt or cand < nxt[bits][0]:
                     nxt[bits] = (cand, chosen + [(b, c)])
         best = nxt

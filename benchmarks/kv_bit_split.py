@@ -21,6 +21,9 @@ is written as JSON for ``output_fidelity.py --layer-mix`` and ``fidelity_screen.
         [--table <an earlier output.json>] [--out benchmarks/data/kv_bit_split_smollm2.json]
 
 ``--table`` reuses an earlier output's per-layer KL for the pairs it holds and measures only the rest.
+Fifth round: the menu is K 5..8 bits (``kivi8g128s``) x V 4..7 (``int4h64s128``); ``--pairs`` and
+``--layers`` measure only the cells named (the rest stay null in the JSON and the knapsack does not
+offer them there), so a wider menu costs only the cells that can pay.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pion.client.runtimes.transformers_kv import KvShape
 from pion.codecs import get_codec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kv_bit_budget import BITS, choose, pair_formats, pair_key
+from kv_bit_budget import K_BITS, V_BITS, choose, pair_formats, pair_key
 from layer_sensitivity import TEST_QUESTIONS, dev_queries, dev_reference, kl_with, round_trip
 from ttft_workload import ROLES
 
@@ -52,32 +55,36 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=30)
     parser.add_argument("--same-bytes", action="store_true", help="K + V = 12 bits on every layer")
     parser.add_argument("--table", type=Path, help="reuse this earlier output's KL for the pairs it holds")
+    parser.add_argument("--pairs", nargs="+", metavar="K8/V6", help="measure only these pairs (default: the whole menu)")
+    parser.add_argument("--layers", type=int, nargs="+", help="measure only these layers (the rest stay null)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     torch.set_num_threads(1)
     started = time.perf_counter()
     model, tok = load_model(device="cpu")
     shape = KvShape.from_config(model.config)
-    kl: dict[str, list[float]] = json.loads(args.table.read_text())["mean_kl_per_layer"] if args.table else {}
-    todo = [(b, c) for b in BITS for c in BITS if pair_key(b, c) not in kl]
-    queries = dev_queries(tok, args.dev_questions) if todo else []
-    measured = np.zeros((shape.n_layers, len(todo)))
+    kl: dict[str, list[float | None]] = json.loads(args.table.read_text())["mean_kl_per_layer"] if args.table else {}
+    layers = args.layers if args.layers is not None else list(range(shape.n_layers))
+    menu = [(b, c) for b in K_BITS for c in V_BITS if args.pairs is None or pair_key(b, c) in args.pairs]
+    cells = [(layer, b, c) for b, c in menu for layer in layers
+             if pair_key(b, c) not in kl or kl[pair_key(b, c)][layer] is None]
+    queries = dev_queries(tok, args.dev_questions) if cells else []
+    measured = np.zeros(len(cells))
     for i, (prefix, suffix) in enumerate(queries):
         reference, ref_logp, exact = dev_reference(model, tok, prefix, suffix, args.tokens, shape.n_layers)
-        for layer in range(shape.n_layers):
-            for s, (b, c) in enumerate(todo):
-                k_fmt, v_fmt = pair_formats(b, c)
-                layers = list(exact)
-                layers[layer] = (round_trip(exact[layer][0], k_fmt, 0), round_trip(exact[layer][1], v_fmt, 0))
-                measured[layer, s] += kl_with(model, layers, suffix, reference, ref_logp) / len(queries)
+        for s, (layer, b, c) in enumerate(cells):
+            k_fmt, v_fmt = pair_formats(b, c)
+            mixed = list(exact)
+            mixed[layer] = (round_trip(exact[layer][0], k_fmt, 0), round_trip(exact[layer][1], v_fmt, 0))
+            measured[s] += kl_with(model, mixed, suffix, reference, ref_logp) / len(queries)
         print(f"dev query {i + 1}/{len(queries)} done ({time.perf_counter() - started:.0f} s)", flush=True)
-    for s, (b, c) in enumerate(todo):
-        kl[pair_key(b, c)] = [round(float(x), 7) for x in measured[:, s]]
+    for s, (layer, b, c) in enumerate(cells):
+        kl.setdefault(pair_key(b, c), [None] * shape.n_layers)[layer] = round(float(measured[s]), 7)
     chosen = choose(kl, shape.n_layers, args.same_bytes)
     k = [pair_formats(b, c)[0] for b, c in chosen]
     v = [pair_formats(b, c)[1] for b, c in chosen]
     stored = sum(get_codec(f).row_bytes(shape.kv_dim) for f in k + v) / (shape.n_layers * 4 * shape.kv_dim)
-    counts = {pair_key(b, c): chosen.count((b, c)) for b in BITS for c in BITS if (b, c) in chosen}
+    counts = {pair_key(b, c): chosen.count((b, c)) for b in K_BITS for c in V_BITS if (b, c) in chosen}
     kind = "same bytes every layer" if args.same_bytes else "bytes moved between layers"
     label = f"per-layer K/V bits (dev-chosen, {kind}): " + ", ".join(f"{n} layers {p}" for p, n in counts.items())
     args.out.write_text(json.dumps({
@@ -90,7 +97,8 @@ def main() -> None:
     print("| layer | " + " | ".join(keys) + " | chosen |")
     print("|---:|" + "---:|" * len(keys) + "---|")
     for j in range(shape.n_layers):
-        print(f"| {j} | " + " | ".join(f"{kl[key][j]:.6f}" for key in keys) + f" | {pair_key(*chosen[j])} |")
+        cols = " | ".join("-" if kl[key][j] is None else f"{kl[key][j]:.6f}" for key in keys)
+        print(f"| {j} | {cols} | {pair_key(*chosen[j])} |")
     print(f"\n{label}: {100 * stored:.1f}% of fp16 -> {args.out} ({time.perf_counter() - started:.0f} s)")
 
 

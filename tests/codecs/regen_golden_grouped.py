@@ -22,9 +22,9 @@ from pion.codecs import get_codec
 GROUPED_DIR = Path(__file__).resolve().parent.parent / "golden" / "grouped"
 KIVI_FORMATS = [f"kivi{b}g{g}" for b in (4, 5, 6, 7, 8) for g in (32, 64, 128)]
 PER_HEAD_FORMATS = ["int8h64", "int8h128", "fp8h64", "fp8h128", "int6h64", "int6h128", "int5h64", "int5h128",
-                    "int7h64", "int7h128", "int6h64r", "int5h64r", "int6h128r", "int5h128r"]
+                    "int7h64", "int7h128", "int6h64r", "int5h64r", "int6h128r", "int5h128r", "int4h64"]
 SINK_FORMATS = ["kivi6g128s", "kivi5g128s", "kivi7g128s", "int5h64s128", "int6h64s128", "int7h64s128",
-                "int6h128s128", "int7h128s128", "int6h64rs128", "int5h64rs128"]
+                "int6h128s128", "int7h128s128", "int6h64rs128", "int5h64rs128", "kivi8g128s", "int4h64s128"]
 GROUPED_FORMATS = KIVI_FORMATS + PER_HEAD_FORMATS + SINK_FORMATS
 INPUTS = {"kivi": ("kivi_input_136x64.f32", 64), "per_head": ("per_head_input_4x128.f32", 128),
           "sink": ("sink_input_136x128.f32", 128)}

@@ -21,7 +21,7 @@ def test_the_bitplane_docstring_example_packs_to_the_documented_bytes() -> None:
     assert pack(codes, 6).tobytes().hex(" ") == "f5 10 00 00 9c 00"
 
 
-@pytest.mark.parametrize("bits", [5, 6])
+@pytest.mark.parametrize("bits", [4, 5, 6, 7])
 def test_every_code_value_in_every_position_survives_pack_and_unpack(bits: int) -> None:
     codes = (np.arange(64 * 2**bits).reshape(-1, 64) % 2**bits).astype(np.uint8)
     codes = np.concatenate([codes, codes[:, ::-1]])
@@ -30,7 +30,7 @@ def test_every_code_value_in_every_position_survives_pack_and_unpack(bits: int) 
     assert unpack(packed, 64, bits).tolist() == codes.astype(np.float32).tolist()
 
 
-@pytest.mark.parametrize("bits,expected", [(5, 120), (6, 144)])
+@pytest.mark.parametrize("bits,expected", [(4, 96), (5, 120), (6, 144), (7, 168)])
 def test_plane_bytes_are_b_bits_a_value(bits: int, expected: int) -> None:
     assert plane_bytes(192, bits) == expected
 
@@ -50,7 +50,7 @@ def test_int6h64_worked_example_matches_the_docstring() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(0, 40), magnitude=st.sampled_from([1e-5, 1e-2, 1.0, 50.0, 2e3]),
-       name=st.sampled_from(["int6h64", "int6h128", "int5h64", "int5h128"]), seed=st.integers(0, 2**16))
+       name=st.sampled_from(["int6h64", "int6h128", "int5h64", "int5h128", "int4h64"]), seed=st.integers(0, 2**16))
 def test_narrow_per_head_bound_holds_for_any_batch_and_magnitude(n: int, magnitude: float, name: str,
                                                                  seed: int) -> None:
     rows = (np.random.default_rng(seed).standard_normal((n, 256)) * magnitude).astype(np.float32)
@@ -59,7 +59,7 @@ def test_narrow_per_head_bound_holds_for_any_batch_and_magnitude(n: int, magnitu
     assert (err <= per_head_narrow_bound(rows, int(name.split("h")[1]), int(name[3]))).all()
 
 
-@pytest.mark.parametrize("name,top", [("int6h64", 31), ("int5h64", 15)])
+@pytest.mark.parametrize("name,top", [("int6h64", 31), ("int5h64", 15), ("int4h64", 7)])
 def test_narrow_codes_are_symmetric_and_a_heads_largest_value_is_kept_exactly_when_fp16_can(name: str,
                                                                                           top: int) -> None:
     x = np.zeros((1, 64), dtype=np.float32)

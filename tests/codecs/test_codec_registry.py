@@ -24,7 +24,8 @@ ISSUE_20 = [f"kivi{b}g{g}" for b in (4, 5, 6, 7, 8) for g in (32, 64, 128)] + [
     "int8h64", "int8h128", "fp8h64", "fp8h128", "int6h64", "int6h128", "int5h64", "int5h128",
     "int7h64", "int7h128",
     "kivi6g128s", "kivi5g128s", "kivi7g128s", "int5h64s128", "int6h64s128", "int7h64s128", "int6h128s128",
-    "int7h128s128", "int6h64r", "int5h64r", "int6h128r", "int5h128r", "int6h64rs128", "int5h64rs128"]
+    "int7h128s128", "int6h64r", "int5h64r", "int6h128r", "int5h128r", "int6h64rs128", "int5h64rs128",
+    "int4h64", "kivi8g128s", "int4h64s128"]
 
 
 def test_the_registry_lists_the_spec_formats_and_the_issue_20_ones() -> None:

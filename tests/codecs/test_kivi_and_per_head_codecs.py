@@ -16,9 +16,9 @@ from pion.common.errors import CodecError
 
 KIVI = [f"kivi{b}g{g}" for b in (4, 5, 6, 7, 8) for g in (32, 64, 128)]
 PER_HEAD = ["int8h64", "int8h128", "fp8h64", "fp8h128"]
-NARROW = ["int6h64", "int6h128", "int5h64", "int5h128", "int7h64", "int7h128"]  # 5/6/7-bit per head (bit planes)
+NARROW = ["int6h64", "int6h128", "int5h64", "int5h128", "int7h64", "int7h128", "int4h64"]  # 4-7 bits per head
 SINK = ["kivi6g128s", "kivi5g128s", "kivi7g128s", "int5h64s128", "int6h64s128", "int7h64s128", "int6h128s128",
-        "int7h128s128", "int6h64rs128", "int5h64rs128"]
+        "int7h128s128", "int6h64rs128", "int5h64rs128", "kivi8g128s", "int4h64s128"]
 ROTATED = ["int6h64r", "int5h64r", "int6h128r", "int5h128r"]  # Hadamard-rotated heads  # first rows fp16
 NEW = KIVI + PER_HEAD + NARROW + SINK + ROTATED
 REAL_KV = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "smollm2_kv_1k.npz"
@@ -88,6 +88,7 @@ def test_every_new_format_is_registered() -> None:
     ("int6h128s128", None, 800), ("int7h128s128", None, 928),
     ("int6h64r", 150, 800), ("int5h64r", 126, 672), ("int6h128r", None, 784), ("int5h128r", None, 656),
     ("int6h64rs128", 153, 816), ("int5h64rs128", 129, 688),
+    ("int4h64", 102, 544), ("kivi8g128s", 201, 1072), ("int4h64s128", 105, 560),
 ])
 def test_row_sizes_are_the_documented_ones(name: str, bytes_192: int | None, bytes_1024: int) -> None:
     codec = get_codec(name)

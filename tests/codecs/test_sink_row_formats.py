@@ -16,7 +16,8 @@ from pion.common.errors import CodecError
 
 SINK = {"kivi6g128s": "kivi6g128", "kivi5g128s": "kivi5g128", "kivi7g128s": "kivi7g128", "int5h64s128": "int5h64",
         "int6h64s128": "int6h64",
-        "int7h64s128": "int7h64", "int6h128s128": "int6h128", "int7h128s128": "int7h128"}
+        "int7h64s128": "int7h64", "int6h128s128": "int6h128", "int7h128s128": "int7h128",
+        "kivi8g128s": "kivi8g128", "int4h64s128": "int4h64"}  # fifth round: the per-layer menu's ends
 
 
 def k_with_a_sink(n: int, kv_dim: int = 128, seed: int = 0) -> np.ndarray:
@@ -75,7 +76,7 @@ def test_the_other_rows_keep_the_base_formats_bound(name: str) -> None:
     assert (err[others] <= bound[others]).all()
 
 
-@pytest.mark.parametrize("name", ["kivi6g128s", "kivi5g128s", "kivi7g128s"])
+@pytest.mark.parametrize("name", ["kivi6g128s", "kivi5g128s", "kivi7g128s", "kivi8g128s"])
 def test_leaving_the_sink_out_of_the_channel_ranges_shrinks_the_other_rows_error(name: str) -> None:
     rows = k_with_a_sink(128, seed=5)
     base = get_codec(SINK[name])

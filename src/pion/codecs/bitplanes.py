@@ -8,7 +8,7 @@ two float32 nibbles; a byte -> 8/(b-4) float32 high parts, already times 16) and
 
 Plane layout for D unsigned codes of b bits (D % 8 == 0):
   low plane   D/2 bytes:        byte k = (code 2k & 15) | (code 2k+1 & 15) << 4   (mlx4g32's nibbles)
-  high planes, one per width h in PLANE_WIDTHS[b] (5: [1], 6: [2], 7: [2, 1]), each D*h/8 bytes:
+  high planes, one per width h in PLANE_WIDTHS[b] (4: none, 5: [1], 6: [2], 7: [2, 1]), each D*h/8 bytes:
                                 s = 4 + the widths before it, 8/h codes per byte;
                                 byte m holds (code >> s) & (2^h - 1) of codes m*8/h + i at bits h*i .. h*i + h - 1
 (7 bits split as 2 + 1 rather than one 3-bit plane: 3 bits do not divide a byte, and a byte-wise
@@ -27,12 +27,12 @@ import numpy as np
 
 from pion.codecs.mlx4g32 import nibble_table
 
-PLANE_WIDTHS: dict[int, tuple[int, ...]] = {5: (1,), 6: (2,), 7: (2, 1)}
+PLANE_WIDTHS: dict[int, tuple[int, ...]] = {4: (), 5: (1,), 6: (2,), 7: (2, 1)}  # 4: the low plane alone
 PLANE_BITS = tuple(PLANE_WIDTHS)
 
 
 def plane_bytes(kv_dim: int, bits: int) -> int:
-    """Bytes of all planes for ``kv_dim`` codes of ``bits`` (5, 6 or 7) bits."""
+    """Bytes of all planes for ``kv_dim`` codes of ``bits`` (4, 5, 6 or 7) bits."""
     return kv_dim // 2 + kv_dim * (bits - 4) // 8
 
 

@@ -1,4 +1,4 @@
-"""``int{5,6,7}h{64,128}``: 5-, 6- and 7-bit symmetric codes, one scale per KV head.
+"""``int{5,6,7}h{64,128}``, ``int4h64``: 4- to 7-bit symmetric codes, one scale per KV head.
 
 Why: ``int8h64`` keeps 19/20 SmolLM2 completions at 51.6% of fp16's bytes and every 4-bit V
 format loses about 1.4% of greedy steps; V has no outlier channels, so per token with one scale
@@ -6,12 +6,13 @@ per head is the right axis, and 6 bits (39% of fp16) or 5 bits (33%) is the step
 is int8h64's quantizer with fewer levels; the codes are stored offset to unsigned in the two bit
 planes of ``pion.codecs.bitplanes`` (4 codes in 3 bytes at 6 bits, 8 in 5 at 5 bits, 8 in 7 at
 7 bits). The 7-bit pair (issue 20's third round) is for V beside a 4/5-bit per-channel K: V's
-per-token error dominated the 6-bit pair's losses.
+per-token error dominated the 6-bit pair's losses. ``int4h64`` (fifth round) is the cheap end of the
+per-layer menu: 4-bit codes are the low plane alone (mlx4g32's nibbles), M = 7.
 
-Layout, per row of D values, b = 5, 6 or 7, h = 64 or 128 (D*b/8 + 2*D/h bytes; D % h == 0):
-  [codes   b-bit bit planes, D values]   low nibbles D/2 bytes, then the high planes D*(b-4)/8 bytes
+Layout, per row of D values, b = 4, 5, 6 or 7, h = 64 or 128 (D*b/8 + 2*D/h bytes; D % h == 0):
+  [codes   b-bit bit planes, D values]   low nibbles D/2 bytes, then the high planes D*(b-4)/8 bytes (none at 4)
                                          (7 bits: a 2-bit plane D/4 bytes, then a 1-bit plane D/8 bytes)
-  [scales  fp16 x D/h]                   scale_k = fp16(amax_k / M), M = 2^(b-1) - 1 (63, 31 or 15)
+  [scales  fp16 x D/h]                   scale_k = fp16(amax_k / M), M = 2^(b-1) - 1 (63, 31, 15 or 7)
   code = clip(round_half_even(x / scale_k), -M, M) + 2^(b-1)   (1 .. 2M+1, unsigned)
   x_hat = (code - 2^(b-1)) * scale_k
 Scales are rounded to fp16 before the codes are chosen; an all-zero head has scale 0 and decodes
@@ -125,6 +126,13 @@ class Int7H64Codec(_NarrowPerHeadCodec):
     with a 4/5-bit per-channel K)."""
 
     name, bits, head_dim = "int7h64", 7, 64
+
+
+class Int4H64Codec(_NarrowPerHeadCodec):
+    """4-bit, a scale per 64-value head: D/2 + D/32 bytes, 26.6% of fp16 (V's side of a layer that
+    hardly reacts to V, so a sensitive layer's K can take the bits; issue 20's fifth round)."""
+
+    name, bits, head_dim = "int4h64", 4, 64
 
 
 class Int7H128Codec(_NarrowPerHeadCodec):

@@ -63,6 +63,7 @@ register_codec("int5h64", "pion.codecs.per_head_narrow", "Int5H64Codec")
 register_codec("int5h128", "pion.codecs.per_head_narrow", "Int5H128Codec")
 register_codec("int7h64", "pion.codecs.per_head_narrow", "Int7H64Codec")
 register_codec("int7h128", "pion.codecs.per_head_narrow", "Int7H128Codec")
+register_codec("int4h64", "pion.codecs.per_head_narrow", "Int4H64Codec")  # fifth round: the per-layer menu's bottom
 # Issue 20, third round: the first row of every 128-token group (the attention sink) in fp16.
 register_codec("kivi6g128s", "pion.codecs.sink_rows", "Kivi6G128SinkCodec")
 register_codec("kivi5g128s", "pion.codecs.sink_rows", "Kivi5G128SinkCodec")
@@ -72,6 +73,9 @@ register_codec("int6h128s128", "pion.codecs.sink_rows", "Int6H128SinkCodec")
 register_codec("int7h128s128", "pion.codecs.sink_rows", "Int7H128SinkCodec")
 register_codec("kivi7g128s", "pion.codecs.sink_rows", "Kivi7G128SinkCodec")
 register_codec("int5h64s128", "pion.codecs.sink_rows", "Int5H64SinkCodec")
+# Issue 20, fifth round: the per-layer menu's ends (8-bit K, 4-bit V), both with the sink row.
+register_codec("kivi8g128s", "pion.codecs.sink_rows", "Kivi8G128SinkCodec")
+register_codec("int4h64s128", "pion.codecs.sink_rows", "Int4H64SinkCodec")
 # Issue 20, third round: per-head V on Hadamard-rotated heads (and with the sink row in fp16).
 register_codec("int6h64r", "pion.codecs.rotated", "Int6H64RotatedCodec")
 register_codec("int5h64r", "pion.codecs.rotated", "Int5H64RotatedCodec")

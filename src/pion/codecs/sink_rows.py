@@ -1,4 +1,4 @@
-"""``kivi{5,6,7}g128s``, ``int{5,6,7}h64s128``, ``int{6,7}h128s128``: a base format, with the first row of every 128-token
+"""``kivi{5,6,7,8}g128s``, ``int{4,5,6,7}h64s128``, ``int{6,7}h128s128``: a base format, with the first row of every 128-token
 group kept in fp16.
 
 Why: row 0 of a prefix is the attention sink -- heads park a large share of their attention on it
@@ -11,7 +11,7 @@ per-channel parameters, for 2*D/128 bytes a row (3 bytes at D = 192) -- which is
 128 tokens: at 64 the pair would no longer fit 40% of fp16's bytes.
 
 Layout, per row of D values (base row bytes + 2*D/P bytes, P = 128 = ``token_group``):
-  [base    the base format's row]        kivi6g128, kivi5g128, int6h64, int7h64, int6h128 or int7h128
+  [base    the base format's row]        kivi{5,6,7,8}g128, int{4,5,6,7}h64, int6h128 or int7h128
   [share   2*D/P bytes]                  row r of group j holds bytes r*2D/P .. (r+1)*2D/P - 1 of
                                          F_j = fp16(row P*j) little-endian (2*D bytes)
 Token groups are counted from the blob's first row (row 0 of the layer in the V-store), as for kivi.
@@ -156,3 +156,17 @@ class Int5H64RotatedSinkCodec(SinkRowCodec):
     """int5h64r (Hadamard-rotated heads) + each 128-token group's first row in fp16: 33.6% of fp16."""
 
     name, base_name = "int5h64rs128", "int5h64r"
+
+
+class Kivi8G128SinkCodec(SinkRowCodec):
+    """kivi8g128 + each group's first row in fp16: D + 7D/128 bytes, 52.3% of fp16 (the top of the
+    per-layer menu, for the layers whose K error dominates; issue 20's fifth round)."""
+
+    name, base_name = "kivi8g128s", "kivi8g128"
+
+
+class Int4H64SinkCodec(SinkRowCodec):
+    """int4h64 + each 128-token group's first row in fp16: D/2 + 5D/128 bytes, 27.3% of fp16 (the
+    bottom of the per-layer menu, for layers that hardly react to V)."""
+
+    name, base_name = "int4h64s128", "int4h64"
