@@ -23,7 +23,10 @@ is written as JSON for ``output_fidelity.py --layer-mix`` and ``fidelity_screen.
 ``--table`` reuses an earlier output's per-layer KL for the pairs it holds and measures only the rest.
 Fifth round: the menu is K 5..8 bits (``kivi8g128s``) x V 4..7 (``int4h64s128``); ``--pairs`` and
 ``--layers`` measure only the cells named (the rest stay null in the JSON and the knapsack does not
-offer them there), so a wider menu costs only the cells that can pay.
+offer them there), so a wider menu costs only the cells that can pay; ``--more-questions N`` re-measures
+the ``--pairs`` of the named layers on the next N dev questions and keeps the mean over all of them (the
+layers that carry the error get more queries; ``dev_questions_per_layer`` in the JSON says which; pairs
+left out of ``--pairs`` are no longer offered there, so every pair offered on a layer has the same queries).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +51,23 @@ from layer_sensitivity import TEST_QUESTIONS, dev_queries, dev_reference, kl_wit
 from ttft_workload import ROLES
 
 DEFAULT_OUT = Path(__file__).parent / "data" / "kv_bit_split_smollm2.json"
+Cell = tuple[int, int, int]  # (layer, K bits, V bits)
+
+
+def measure(model: Any, tok: Any, n_layers: int, cells: list[Cell], tokens: int, dev_questions: int,
+            first: int, started: float) -> np.ndarray:
+    """Mean KL per cell over the dev queries QUESTIONS[4 + first : 4 + first + dev_questions]."""
+    queries = dev_queries(tok, dev_questions, first) if cells else []
+    measured = np.zeros(len(cells))
+    for i, (prefix, suffix) in enumerate(queries):
+        reference, ref_logp, exact = dev_reference(model, tok, prefix, suffix, tokens, n_layers)
+        for s, (layer, b, c) in enumerate(cells):
+            k_fmt, v_fmt = pair_formats(b, c)
+            mixed = list(exact)
+            mixed[layer] = (round_trip(exact[layer][0], k_fmt, 0), round_trip(exact[layer][1], v_fmt, 0))
+            measured[s] += kl_with(model, mixed, suffix, reference, ref_logp) / len(queries)
+        print(f"dev query {i + 1}/{len(queries)} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    return measured
 
 
 def main() -> None:
@@ -57,29 +78,43 @@ def main() -> None:
     parser.add_argument("--table", type=Path, help="reuse this earlier output's KL for the pairs it holds")
     parser.add_argument("--pairs", nargs="+", metavar="K8/V6", help="measure only these pairs (default: the whole menu)")
     parser.add_argument("--layers", type=int, nargs="+", help="measure only these layers (the rest stay null)")
+    parser.add_argument("--more-questions", type=int, default=0,
+                        help="with --table and --layers: re-measure the --pairs (default: all) on those layers on the "
+                             "next N dev questions and keep the mean over all of them; other pairs leave those layers")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
+    if args.more_questions and (args.table is None or args.layers is None):
+        parser.error("--more-questions needs --table and --layers")
     torch.set_num_threads(1)
     started = time.perf_counter()
     model, tok = load_model(device="cpu")
     shape = KvShape.from_config(model.config)
-    kl: dict[str, list[float | None]] = json.loads(args.table.read_text())["mean_kl_per_layer"] if args.table else {}
+    earlier = json.loads(args.table.read_text()) if args.table else {}
+    kl: dict[str, list[float | None]] = earlier.get("mean_kl_per_layer", {})
+    per_layer: list[int] = earlier.get("dev_questions_per_layer", [args.dev_questions] * shape.n_layers)
     layers = args.layers if args.layers is not None else list(range(shape.n_layers))
+    if args.more_questions and any(per_layer[layer] != args.dev_questions for layer in layers):
+        parser.error("--more-questions: a layer named already has more than --dev-questions questions")
     menu = [(b, c) for b in K_BITS for c in V_BITS if args.pairs is None or pair_key(b, c) in args.pairs]
     cells = [(layer, b, c) for b, c in menu for layer in layers
              if pair_key(b, c) not in kl or kl[pair_key(b, c)][layer] is None]
-    queries = dev_queries(tok, args.dev_questions) if cells else []
-    measured = np.zeros(len(cells))
-    for i, (prefix, suffix) in enumerate(queries):
-        reference, ref_logp, exact = dev_reference(model, tok, prefix, suffix, args.tokens, shape.n_layers)
-        for s, (layer, b, c) in enumerate(cells):
-            k_fmt, v_fmt = pair_formats(b, c)
-            mixed = list(exact)
-            mixed[layer] = (round_trip(exact[layer][0], k_fmt, 0), round_trip(exact[layer][1], v_fmt, 0))
-            measured[s] += kl_with(model, mixed, suffix, reference, ref_logp) / len(queries)
-        print(f"dev query {i + 1}/{len(queries)} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    measured = measure(model, tok, shape.n_layers, cells, args.tokens, args.dev_questions, 0, started)
     for s, (layer, b, c) in enumerate(cells):
         kl.setdefault(pair_key(b, c), [None] * shape.n_layers)[layer] = round(float(measured[s]), 7)
+    if args.more_questions:
+        offered = {pair_key(b, c) for b, c in menu}
+        for key in set(kl) - offered:  # a pair left out of --pairs is not offered on these layers any more
+            for layer in layers:
+                kl[key][layer] = None
+        more = [(layer, int(key[1]), int(key[4])) for key in sorted(offered & set(kl)) for layer in layers
+                if kl[key][layer] is not None]
+        extra = measure(model, tok, shape.n_layers, more, args.tokens, args.more_questions, args.dev_questions, started)
+        for s, (layer, b, c) in enumerate(more):
+            old, n_old = float(kl[pair_key(b, c)][layer] or 0.0), args.dev_questions  # not None: see `more`
+            kl[pair_key(b, c)][layer] = round((n_old * old + args.more_questions * float(extra[s]))
+                                              / (n_old + args.more_questions), 7)
+        for layer in layers:
+            per_layer[layer] = args.dev_questions + args.more_questions
     chosen = choose(kl, shape.n_layers, args.same_bytes)
     k = [pair_formats(b, c)[0] for b, c in chosen]
     v = [pair_formats(b, c)[1] for b, c in chosen]
@@ -91,6 +126,7 @@ def main() -> None:
         "label": label, "k": k, "v": v, "bytes_vs_fp16": stored,
         "dev_split": f"{len(ROLES)} system prompts x QUESTIONS[{TEST_QUESTIONS}:{TEST_QUESTIONS + args.dev_questions}]",
         "predicted_kl_sum": sum(kl[pair_key(b, c)][j] for j, (b, c) in enumerate(chosen)),
+        "dev_questions_per_layer": per_layer,
         "mean_kl_per_layer": kl,
     }, indent=1) + "\n")
     keys = sorted(kl)

@@ -67,10 +67,10 @@ def round_trip(states: torch.Tensor, fmt: str, sink: int = 0, rotate: bool = Fal
     return torch.from_numpy(back).reshape(n, heads, head_dim).transpose(0, 1).unsqueeze(0).contiguous()
 
 
-def dev_queries(tok: Any, dev_questions: int) -> list[tuple[list[int], list[int]]]:
+def dev_queries(tok: Any, dev_questions: int, first: int = 0) -> list[tuple[list[int], list[int]]]:
     """(prefix, suffix) token ids of the dev split: every system prompt with QUESTIONS past the
-    test split's (module docstring)."""
-    dev = QUESTIONS[TEST_QUESTIONS:TEST_QUESTIONS + dev_questions]
+    test split's (module docstring), from the ``first``-th dev question on."""
+    dev = QUESTIONS[TEST_QUESTIONS + first:TEST_QUESTIONS + first + dev_questions]
     return [(encode_prompt(tok, chat_system(f"{role} {POLICY}")), encode_prompt(tok, chat_user(q)))
             for role in ROLES for q in dev]
 

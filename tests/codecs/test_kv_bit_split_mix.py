@@ -33,6 +33,14 @@ def test_the_knapsack_moves_bits_to_the_sensitive_layer_within_the_mean_budget()
     assert choose(kl, 2, same_bytes=True) == [(7, 5), (6, 6)]  # only 12-bit pairs: KL 4.5
 
 
+def test_the_knapsack_offers_a_pair_only_on_the_layers_where_it_was_measured() -> None:
+    kl: dict[str, list[float | None]] = {"K6/V6": [5.0, 0.5, 0.6], "K8/V6": [None, 0.1, 1.0],
+                                         "K6/V4": [4.9, 0.45, 0.59]}
+    # K8/V6 on layer 0 would be best (unmeasured there); layer 1 takes it, paid for by V4 on the others
+    assert choose(kl, 3, same_bytes=False) == [(6, 4), (8, 6), (6, 4)]
+    assert choose(kl, 3, same_bytes=True) == [(6, 6), (6, 6), (6, 6)]
+
+
 def test_the_knapsack_refuses_a_table_with_no_pair_that_fits() -> None:
     with pytest.raises(ValueError) as info:
         choose(table({(7, 7): [1.0]}), 1, same_bytes=False)

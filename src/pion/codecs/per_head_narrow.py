@@ -41,6 +41,13 @@ Worked example, int7h64, the same rows:
           head 1: 127 64 ... -> all ones -> 0xff ...
   row = 10 00 .. | 0f 00 .. | 12 00 .. | 03 00 .. | fd ff .. | ff .. | 10 24 | 59 3e   (112 + 4 = 116 bytes)
   x_hat head 0 = [0.507812, -0.999756, 0.253906, 0]  (32 * 0.015869 = 0.507812); head 1 [99.975586, 0 ...]
+
+Worked example, int4h64, the same rows (M = 7, codes 1 .. 15, the low plane alone):
+  head 0: scale fp16(1/7) = 0.142822 (0x3092); 0.5/s = 3.50 -> 4 -> code 12, -1/s = -7.0 -> -7 -> 1,
+          0.25/s = 1.75 -> 2 -> 10, zeros -> 8
+  head 1: scale fp16(100/7) = 14.2891 (0x4b25); 100/s = 7.0 -> 7 -> 15, zeros -> 8
+  row = 1c 8a 88 .. (32 bytes) | 8f 88 .. (32) | 92 30 | 25 4b   (64 + 4 = 68 bytes)
+  x_hat head 0 = [0.571289, -0.999756, 0.285645, 0]; head 1 [100.023438, 0 ...]
 """
 
 from __future__ import annotations

@@ -31,6 +31,17 @@ Worked example, int6h64s128, D = 64, 128 rows, row 0 = [1.5, -2.0, 0 ...] and ev
   F_0 = fp16([1.5, -2.0, 0 ...]) = 00 3e 00 c0 00 00 ... (128 bytes); share = 1 byte a row:
   row 0 ends in 00, row 1 in 3e, row 2 in 00, row 3 in c0, rows 4..127 in 00
   decode: row 0 = [1.5, -2.0, 0 ...] exactly; row 1 = [31 * 0.008064, 0 ...] = [0.249992, 0 ...].
+int4h64s128, the same rows: base scale fp16(0.25/7) = 0.035706 (0x2892), 0.25 -> code 15, 0 -> 8: each
+  row = 8f 88 .. (32 bytes) | 92 28 | share (the same 00 3e 00 c0 00 ...), 35 bytes; row 1 decodes to 0.249939.
+
+Worked example, kivi8g128s, D = 64, 128 rows, x[t, 0] = t/4, row 0 = [-30.0, 5.5, 0 ...], the rest 0:
+  base (kivi8g128) sees row 0 replaced by row 1: channel 0 spans [0.25, 31.75] -> scale fp16(31.5/255)
+  = 0.123535 (0x2fe8), bias 0.25 (0x3400); channels 1..63 span [0, 0] -> scale 0, bias 0
+  codes (channel 0): row 1 -> 0, row 2 -> 0.25/0.123535 = 2.02 -> 2, row 127 -> 255
+  row r = 64 code bytes | P[r] (scale_r for r < 64, bias_{r-64} after) | share byte r of
+  F_0 = fp16([-30, 5.5, 0 ...]) = 80 cf 80 45 00 ...: row 0 ends e8 2f 80, row 1 00 00 cf, row 64's P = 00 34
+  decode: row 0 = [-30.0, 5.5, 0 ...] exactly; row 2 = 0.25 + 2 * 0.123535 = 0.49707, row 127 = 31.751465;
+  channel 1 is 0 in every other row (with the sink in its range it would span [0, 5.5]).
 """
 
 from __future__ import annotations
