@@ -19,7 +19,8 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 from kv_bit_budget import choose, pair_key  # noqa: E402
 
-MIXES = [BENCH / "data" / "kv_bit_split_smollm2.json", BENCH / "data" / "kv_bit_split_same_bytes_smollm2.json"]
+MIXES = [BENCH / "data" / f"kv_bit_split{name}_smollm2.json"
+         for name in ("", "_same_bytes", "_menu", "_menu_more_queries")]  # _menu*: K 5..8 x V 4..7 (fifth round)
 KV_DIM = 192  # SmolLM2-135M: 3 KV heads x 64
 
 
@@ -61,22 +62,24 @@ def test_a_committed_mix_is_what_its_own_table_chooses_at_306_bytes_a_token(path
     assert round(mix["bytes_vs_fp16"], 4) == round(306 / (4 * KV_DIM), 4)
 
 
-def test_the_moved_bytes_mix_registers_through_schema_and_restores_every_layer(conn: redis.Redis) -> None:
-    mix = json.loads(MIXES[0].read_text())
+@pytest.mark.parametrize("path", [MIXES[0], MIXES[2]], ids=lambda p: p.stem)
+def test_the_moved_bytes_mix_registers_through_schema_and_restores_every_layer(conn: redis.Redis, path: Path) -> None:
+    mix = json.loads(path.read_text())
+    sid = path.stem
     rng = np.random.default_rng(40)
     k_data = rng.standard_normal((260, KV_DIM)).astype(np.float32)
     k_data[:, 5] += 20  # an outlier channel, as in K
     v_data = rng.standard_normal((260, KV_DIM)).astype(np.float32)
     k_data[0] = v_data[0] = 6.0  # an attention sink
-    assert conn.execute_command("KV.PREFIX.REGISTER.SCHEMA", "split", KV_DIM, 30, *mix["k"], *mix["v"]) == b"OK"
+    assert conn.execute_command("KV.PREFIX.REGISTER.SCHEMA", sid, KV_DIM, 30, *mix["k"], *mix["v"]) == b"OK"
     for layer in range(30):
-        conn.execute_command("V.STOREBATCH", "split_pk", layer, 0, k_data.tobytes())
-        conn.execute_command("V.STOREBATCH", "split_pv", layer, 0, v_data.tobytes())
-    assert conn.execute_command("KV.PREFIX.LOOKUP", "split") == b"HIT"
+        conn.execute_command("V.STOREBATCH", f"{sid}_pk", layer, 0, k_data.tobytes())
+        conn.execute_command("V.STOREBATCH", f"{sid}_pv", layer, 0, v_data.tobytes())
+    assert conn.execute_command("KV.PREFIX.LOOKUP", sid) == b"HIT"
     for layer, (k_fmt, v_fmt) in enumerate(zip(mix["k"], mix["v"], strict=True)):
-        assert conn.execute_command("V.FETCH", "split_pk", layer, "RANGE", 0, 260, "DTYPE", "raw") == \
+        assert conn.execute_command("V.FETCH", f"{sid}_pk", layer, "RANGE", 0, 260, "DTYPE", "raw") == \
             get_codec(k_fmt).encode(k_data)
-        assert conn.execute_command("V.FETCH", "split_pv", layer, "RANGE", 0, 260, "DTYPE", "raw") == \
+        assert conn.execute_command("V.FETCH", f"{sid}_pv", layer, "RANGE", 0, 260, "DTYPE", "raw") == \
             get_codec(v_fmt).encode(v_data)
-    sink = np.frombuffer(conn.execute_command("V.FETCH", "split_pk", 18, "RANGE", 0, 1), dtype="<f4")
+    sink = np.frombuffer(conn.execute_command("V.FETCH", f"{sid}_pk", 18, "RANGE", 0, 1), dtype="<f4")
     assert sink.tolist() == [6.0] * KV_DIM
