@@ -121,7 +121,7 @@ def main() -> None:
             steps += len(ref)
             same += int(continue_greedy(model, cache, ref, logits.argmax(-1).tolist(), args.tokens, eos) == ref)
         print(f"| {text} | {100 * mean_fraction(per_layer, shape.kv_dim):.1f}% | {same}/{len(prepared)} | "
-              f"{100 * top1 / steps:.2f}% | {kl / steps:.5f} |", flush=True)
+              f"{100 * top1 / steps:.2f}% | {kl / steps:.6f} |", flush=True)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

@@ -76,7 +76,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=30)
     parser.add_argument("--same-bytes", action="store_true", help="K + V = 12 bits on every layer")
     parser.add_argument("--table", type=Path, help="reuse this earlier output's KL for the pairs it holds")
-    parser.add_argument("--pairs", nargs="+", metavar="K8/V6", help="measure only these pairs (default: the whole menu)")
+    parser.add_argument("--pairs", nargs="+", metavar="K8/V6",
+                        help="measure only these pairs (default: the whole menu)")
     parser.add_argument("--layers", type=int, nargs="+", help="measure only these layers (the rest stay null)")
     parser.add_argument("--more-questions", type=int, default=0,
                         help="with --table and --layers: re-measure the --pairs (default: all) on those layers on the "

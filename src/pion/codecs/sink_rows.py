@@ -1,5 +1,5 @@
-"""``kivi{5,6,7,8}g128s``, ``int{4,5,6,7}h64s128``, ``int{6,7}h128s128``: a base format, with the first row of every 128-token
-group kept in fp16.
+"""``kivi{5,6,7,8}g128s``, ``int{4,5,6,7}h64s128``, ``int{6,7}h128s128``: a base format, with the first
+row of every 128-token group kept in fp16.
 
 Why: row 0 of a prefix is the attention sink -- heads park a large share of their attention on it
 (StreamingLLM) -- so its K and V errors reach every later token, and its K lies outside the other
