@@ -2,7 +2,7 @@
 
 Why a knapsack: every bit of K or V costs the same bytes a token (kv_dim/8 plus the same parameter
 and sink-row bytes for each sink-row format), so "mean K + V bits <= 12 a layer" is the 39.8% budget,
-and the layers' measured KLs are the values to minimise; with 3 x 3 pairs and 30 layers an exact
+and the layers' measured KLs are the values to minimise; with up to 4 x 4 pairs and 30 layers an exact
 dynamic programme over bits used is instant.
 
 The fifth round widened the menu to K 5..8 bits (``kivi8g128s``) and V 4..7 (``int4h64s128``): the same

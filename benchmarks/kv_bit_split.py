@@ -10,7 +10,7 @@ queries of ``output_fidelity.py`` (QUESTIONS[:4] of every system prompt), so thi
 QUESTIONS[4:4 + --dev-questions].
 
 Method (in process, the server's codecs): for each dev query, each layer l and each pair
-(K ``kivi{b}g128s``, V ``int{c}h64s128``, b, c in 5..7), only layer l goes through the pair (all
+(K ``kivi{b}g128s``, V ``int{c}h64s128``, b in 5..8, c in 4..7), only layer l goes through the pair (all
 other layers exact); feed suffix + the uncached greedy reference (teacher forcing) and take the mean
 KL(uncached || that) over the steps. Then pick one pair per layer minimising the summed KL with
 sum(b + c) <= 12 * n_layers (an exact knapsack over layers; it treats layers' KL as additive, which
@@ -18,10 +18,12 @@ the dev screen of the result checks), or with b + c = 12 on every layer (``--sam
 is written as JSON for ``output_fidelity.py --layer-mix`` and ``fidelity_screen.py @<file>``.
 
     .venv/bin/python benchmarks/kv_bit_split.py [--dev-questions 2] [--tokens 30] [--same-bytes] \
-        [--table <an earlier output.json>] [--out benchmarks/data/kv_bit_split_smollm2.json]
+        [--table <an earlier output.json>] [--pairs K8/V6 ...] [--layers 18 23 ...] [--more-questions 2] \
+        [--out benchmarks/data/kv_bit_split_smollm2.json]
 
 ``--table`` reuses an earlier output's per-layer KL for the pairs it holds and measures only the rest.
-Fifth round: the menu is K 5..8 bits (``kivi8g128s``) x V 4..7 (``int4h64s128``); ``--pairs`` and
+Fifth round: the menu is K 5..8 bits (``kivi8g128s``) x V 4..7 (``int4h64s128``), the same 24 bytes a
+bit; ``--pairs`` and
 ``--layers`` measure only the cells named (the rest stay null in the JSON and the knapsack does not
 offer them there), so a wider menu costs only the cells that can pay; ``--more-questions N`` re-measures
 the ``--pairs`` of the named layers on the next N dev questions and keeps the mean over all of them (the
