@@ -88,16 +88,17 @@ def test_the_eight_bit_sink_k_error_is_below_seven_bits_on_every_row_but_the_exa
 
 
 def test_a_menu_end_schema_registers_and_restores_what_the_codecs_decode(conn: redis.Redis) -> None:
-    """A three-layer SCHEMA with the menu's ends -- K 8 / V 4, K 5 / V 4, K 8 / V 7 -- stores and
-    fetches through the server, sinks exact, range fetches decoded from their 128-token groups."""
-    ks, vs = ["kivi8g128s", "kivi5g128s", "kivi8g128s"], ["int4h64s128", "int4h64s128", "int7h64s128"]
+    """A four-layer SCHEMA with the menu's ends -- K 8 / V 4, K 5 / V 4, K 8 / V 7, and the plain 4-bit V
+    -- stores and fetches through the server, sinks exact, range fetches decoded from their 128-token groups."""
+    ks = ["kivi8g128s", "kivi5g128s", "kivi8g128s", "kivi6g128s"]
+    vs = ["int4h64s128", "int4h64s128", "int7h64s128", "int4h64"]
     k_data, v_data = rows(300, 13), rows(300, 14)
-    assert conn.execute_command("KV.PREFIX.REGISTER.SCHEMA", "menu", KV_DIM, 3, *ks, *vs) == b"OK"
-    for layer in range(3):
+    assert conn.execute_command("KV.PREFIX.REGISTER.SCHEMA", "menu", KV_DIM, 4, *ks, *vs) == b"OK"
+    for layer in range(4):
         conn.execute_command("V.STOREBATCH", "menu_pk", layer, 0, k_data.tobytes())
         conn.execute_command("V.STOREBATCH", "menu_pv", layer, 0, v_data.tobytes())
     assert conn.execute_command("KV.PREFIX.LOOKUP", "menu") == b"HIT"
-    for layer in range(3):
+    for layer in range(4):
         assert conn.execute_command("V.FETCH", "menu_pk", layer, "RANGE", 0, 300, "DTYPE", "raw") == \
             get_codec(ks[layer]).encode(k_data)
         assert conn.execute_command("V.FETCH", "menu_pv", layer, "RANGE", 0, 300, "DTYPE", "raw") == \
@@ -106,6 +107,7 @@ def test_a_menu_end_schema_registers_and_restores_what_the_codecs_decode(conn: r
     assert fetch_f32(conn, "menu_pv", 1, 0, 1).tolist() == [[7.0] * KV_DIM]
     assert fetch_f32(conn, "menu_pv", 0, 130, 290).tolist() == decoded("int4h64s128", v_data)[130:290].tolist()
     assert fetch_f32(conn, "menu_pk", 2, 200, 300).tolist() == decoded("kivi8g128s", k_data)[200:300].tolist()
+    assert fetch_f32(conn, "menu_pv", 3, 5, 9).tolist() == decoded("int4h64", v_data)[5:9].tolist()
 
 
 def test_a_dim_int4h64s128_cannot_split_is_refused_and_creates_nothing(conn: redis.Redis) -> None:
