@@ -4,7 +4,8 @@
 
 pion-server (L1, MiniLM) + pion-serve with ``--verifier guard`` (default), with
 ``--verifier aligned --cache-threshold 0.8`` and with ``--verifier learned
---cache-threshold 0.65`` (a MiniLM pass in the proxy per hit), one after the other on the same server, in
+--cache-threshold 0.65`` (a MiniLM pass in the proxy per hit) and with ``--verifier cross``
+(the cross-encoder's pass on top), one after the other on the same server, in
 front of the OpenAI-compatible test backend (instant: the miss row is pure proxy + cache
 overhead) or a real pion-llm (SmolLM2, CPU). For each of ``--pairs`` paraphrase pairs of
 the dev split: ask ``a`` (a miss, stored), then ``b`` (a hit when the check serves it).
@@ -65,7 +66,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=60)
     parser.add_argument("--backend", choices=["fake", "pion-llm"], default="fake")
+    parser.add_argument("--modes", nargs="+", choices=["guard", "aligned", "learned", "cross"],
+                        default=["guard", "aligned", "learned", "cross"])
     args = parser.parse_args()
+    from pion.proxy.cross_encoder import read_meta
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from support.fake_backends import FakeBackend
     from support.llm_procs import MODEL, start_llm
@@ -92,8 +97,11 @@ def main() -> None:
                 fake = FakeBackend("openai").start()
                 url, model, stop_backend = fake.url, "fake-model", fake.stop
             try:
-                for mode, extra in (("guard", []), ("aligned", ["--cache-threshold", "0.8"]),
-                                    ("learned", ["--cache-threshold", "0.65"])):
+                floors = {"guard": [], "aligned": ["--cache-threshold", "0.8"],
+                          "learned": ["--cache-threshold", "0.65"],
+                          "cross": ["--cache-threshold", str(read_meta().floor)]}
+                for mode in args.modes:
+                    extra = floors[mode]
                     proxy = start_proxy(Path(tmp) / f"proxy-{mode}", "--backend", "vllm", "--backend-url", url,
                                         "--pion-port", str(server.port), "--verifier", mode, *extra)
                     try:

@@ -21,7 +21,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 MODEL_FIXTURES = frozenset({"smollm", "smollm_mlx"})
 # Module fixtures that load MiniLM, here or in the shared pion-server their proxy waits for: slow too.
 EMBEDDER_FIXTURES = frozenset({"minilm", "distilled", "rag_proxy", "routed", "learned_verifier", "trained",
-                               "learned_proxy"})
+                               "learned_proxy", "cross_verifier"})
 # Packages whose tests need only the core dependencies (numpy/hiredis/uvloop/redis/ml_dtypes/
 # crc32c + the test tools): their tests that are not slow are marked ``core`` (make test-core).
 CORE_PACKAGES = frozenset({"server", "persist", "crash", "codecs", "common"})

@@ -65,7 +65,7 @@ def make_app(config: ServeConfig) -> FastAPI:
                                           verifier=verifier, rag=rag))
         # Warm both the server's embedder and WordNet so the first hit pays for neither.
         warm = [asyncio.create_task(embedder.resolve()), asyncio.create_task(verifier.load())] \
-            if config.cache_active and config.guard_enabled and config.verifier in ("aligned", "learned") else \
+            if config.cache_active and config.guard_enabled and config.verifier in ("aligned", "learned", "cross") else \
             [asyncio.create_task(embedder.resolve())] if config.cache_active else []
         try:
             yield

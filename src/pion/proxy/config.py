@@ -20,8 +20,9 @@ BACKENDS = ("pion", "openai", "vllm", "llamacpp", "max", "ollama", "claude", "ge
 EMBED_BACKENDS = ("auto", "pion", "sie", "ollama", "none")
 # How a similarity hit is checked (issue 18, docs/proxy.md "The verifier"): the guard's
 # word rules (default: 0% traps on unseen data) or WordNet + word-vector alignment, or a
-# logistic score over MiniLM token alignment (learned_verifier.py).
-VERIFIERS = ("guard", "aligned", "learned")
+# logistic score over MiniLM token alignment (learned_verifier.py), or a MiniLM
+# cross-encoder reading both questions together (cross_verifier.py).
+VERIFIERS = ("guard", "aligned", "learned", "cross")
 ENV_PREFIX = "PION_SERVE_"
 
 
@@ -132,7 +133,8 @@ OPTIONS: list[Option] = [
          "serve every hit above the threshold (A/B only: serves wrong answers)", switch="no"),
     _opt(("--verifier",), "verifier", parse_choice(*VERIFIERS),
          "how a similarity hit is checked: guard (default) | aligned | learned (most paraphrases served;"
-         " use with --cache-threshold 0.65)"),
+         " use with --cache-threshold 0.65) | cross (hard checks + a cross-encoder; use with"
+         " --cache-threshold 0.65)"),
     _opt(("--cache-ttl",), "cache_ttl_s", parse_float(), "seconds a cached answer lives"),
     _opt(("--ollama-url",), "ollama_url", parse_text, "Ollama URL for the ollama backend and embedding fallback"),
     _opt(("--embed-backend",), "embed_backend", parse_choice(*EMBED_BACKENDS), "auto | pion | sie | ollama | none"),

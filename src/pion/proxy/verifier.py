@@ -38,7 +38,8 @@ from pion.proxy.lexicon import WordNetLexicon
 
 # Refusal reasons, the label values of /metrics and keys of /v1/stats.
 REASONS = ("numbers", "dates", "negation", "entity", "added_words", "swapped_words",
-           "low_score")  # low_score: --verifier learned (learned_verifier.py)
+           "low_score", "cross_score")  # low_score: --verifier learned (learned_verifier.py);
+# cross_score: the cross-encoder of --verifier cross (cross_verifier.py)
 
 _CAPITALISED = re.compile(r"(?<![.?!]\s)(?<!^)\b([A-Z][a-zA-Z0-9'&.-]*[a-z][a-zA-Z0-9'&-]*)")
 _SOFT_TIMES = frozenset({"now", "currently"})
