@@ -84,6 +84,13 @@ def test_a_reworded_question_is_served(cross_verifier: CrossVerifier) -> None:
     assert verdict == Verdict(True)
 
 
+def test_an_added_scope_the_score_lets_through_is_refused_by_the_cross_encoder(
+        cross_verifier: CrossVerifier) -> None:
+    verdict = cross_verifier.check("How do I delete my Quorbit account from the mobile app?",
+                                   "How do I delete my Quorbit account?", 0.9)
+    assert (verdict.ok, verdict.reason, verdict.stage) == (False, "cross_score", "verifier")
+
+
 def test_a_different_number_is_refused_by_the_hard_checks_before_the_model(cross_verifier: CrossVerifier) -> None:
     verdict = cross_verifier.check("Can I bring 3 bags on the Zentro ferry?", "Can I bring 2 bags on the Zentro ferry?",
                                    0.97)

@@ -43,20 +43,14 @@ def test_a_reworded_question_is_served_by_the_cross_verifier(crossed: ProxyProce
     assert verdicts(crossed)["served"] == served_before + 1
 
 
-def test_a_different_request_is_refused_and_counted_under_its_stage(crossed: ProxyProcess) -> None:
-    def refused() -> int:
-        v = verdicts(crossed)
-        return sum(v["refused_by_verifier"].values()) + sum(v["refused_by_guard"].values())
-
-    def refused_metric() -> float:
-        return sum(metric(crossed, f'pion_serve_l1_verdicts_total{{outcome="refused_by_{stage}",reason="{r}"}}')
-                   for stage in ("guard", "verifier") for r in verdicts(crossed)[f"refused_by_{stage}"])
-
-    before, m_before = refused(), refused_metric()
-    ask(crossed, "e2e cross scope", "How do I install numpy?")
-    answer, header = ask(crossed, "e2e cross scope", "How do I install numpy on a Raspberry Pi?")
-    assert (header, answer.endswith("How do I install numpy on a Raspberry Pi?")) == ("MISS", True)
-    assert (refused(), refused_metric()) == (before + 1, m_before + 1)
+def test_an_added_scope_is_refused_by_the_cross_encoder_and_counted(crossed: ProxyProcess) -> None:
+    line = 'pion_serve_l1_verdicts_total{outcome="refused_by_verifier",reason="cross_score"}'
+    before, m_before = verdicts(crossed)["refused_by_verifier"]["cross_score"], metric(crossed, line)
+    ask(crossed, "e2e cross scope", "How do I delete my Quorbit account?")
+    answer, header = ask(crossed, "e2e cross scope", "How do I delete my Quorbit account from the mobile app?")
+    assert (header, answer.endswith("How do I delete my Quorbit account from the mobile app?")) == ("MISS", True)
+    assert (verdicts(crossed)["refused_by_verifier"]["cross_score"], metric(crossed, line)) == \
+        (before + 1, m_before + 1)
 
 
 def test_a_different_order_number_is_refused_by_the_hard_checks(crossed: ProxyProcess) -> None:
