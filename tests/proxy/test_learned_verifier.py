@@ -116,7 +116,7 @@ def test_the_config_accepts_learned_and_names_the_choices_otherwise() -> None:
     assert ServeConfig(verifier="learned").verifier == "learned"
     with pytest.raises(ConfigError) as info:
         ServeConfig(verifier="learnt")
-    assert str(info.value) == "verifier: 'learnt' is not one of guard, aligned, learned"
+    assert str(info.value) == "verifier: 'learnt' is not one of guard, aligned, learned, cross"
 
 
 def test_one_question_runs_the_traced_model_with_the_eager_models_outputs(learned_verifier: LearnedVerifier) -> None:
