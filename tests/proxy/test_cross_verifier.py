@@ -134,3 +134,14 @@ def test_save_writes_only_the_trained_layers_and_the_head(tmp_path: Path, cross_
     top = meta.layers - meta.trained
     layers = {int(k.split(".")[1]) for k in load_file(str(out)) if k.startswith("layers.")}
     assert (layers, read_meta(out)) == (set(range(top, meta.layers)), meta)
+
+
+def test_the_traced_single_pair_model_gives_the_eager_models_probability(cross_verifier: CrossVerifier) -> None:
+    encoder = cross_verifier.cross
+    pair = ("How do I move my Quorbit notes to a new laptop?", "How can I transfer Quorbit notes onto another laptop?")
+    traced, encoder._traced = encoder._traced, None  # noqa: SLF001
+    try:
+        eager = encoder.probability(*pair)
+    finally:
+        encoder._traced = traced  # noqa: SLF001
+    assert (traced is not None, encoder.probability(*pair)) == (True, eager)
