@@ -14,9 +14,16 @@ Policies compared on the same embeddings (all-MiniLM-L6-v2, as pion-server uses)
   * candidate cosine >= 0.8 + the aligned verifier (``pion.proxy.verifier``,
     ``pion-serve --verifier aligned --cache-threshold 0.8``);
   * the learned verifier (``pion.proxy.learned_verifier``, ``pion-serve --verifier learned
-    --cache-threshold 0.65``): weights from ``train_l1_verifier.py`` (train/dev only).
+    --cache-threshold 0.65``): weights from ``train_l1_verifier.py`` (train/dev only);
+  * the cross-encoder verifier (``pion.proxy.cross_verifier``, ``pion-serve --verifier cross
+    --cache-threshold 0.65``): weights from ``train_l1_cross_encoder.py`` (train/dev only).
+
+A second held-out split, ``test2`` (new domains, written without seeing the verifiers:
+``semantic_eval_test2_*.jsonl``), is read only when ``--splits`` names it; the default
+and every tuning view leave it unread.
 
     python benchmarks/semantic_cache_eval.py            # report train/dev/test, write the sweep PNG
+    python benchmarks/semantic_cache_eval.py --splits test test2   # score the held-out splits
     python benchmarks/semantic_cache_eval.py --fit      # refit: weights on train, floor/threshold on dev
     python benchmarks/semantic_cache_eval.py --show-failures test
 
