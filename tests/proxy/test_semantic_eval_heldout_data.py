@@ -1,8 +1,8 @@
-"""The L1 evaluation set's held-out split ``test2`` (issue 18) is well formed.
+"""The L1 evaluation set's held-out splits ``test2`` and ``test3`` (issue 18) are well formed.
 
 Why: a scorer reads these files as the final, never-tuned-on measure of the L1 verifier, so a
 malformed row, a lost category or a duplicated pair would silently change the figure it reports.
-No model is loaded: these checks read the JSONL files only.
+Every check runs once per split. No model is loaded: these checks read the JSONL files only.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-PAIRS = BENCH / "data" / "semantic_eval_test2_pairs.jsonl"
-CONVERSATIONS = BENCH / "data" / "semantic_eval_test2_conversations.jsonl"
+SPLITS = ("test2", "test3")
 FIRST_SET = BENCH / "data" / "semantic_eval_pairs.jsonl"
 TRAPS = ("entity_swap", "negation", "numbers_dates", "scope_change")
 PAIR_KEYS = ["id", "split", "domain", "intent", "category", "a", "b"]
@@ -28,14 +27,27 @@ def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.fixture(scope="module")
-def pairs() -> list[dict[str, Any]]:
-    return read(PAIRS)
+def pairs_file(split: str) -> Path:
+    return BENCH / "data" / f"semantic_eval_{split}_pairs.jsonl"
+
+
+def conversations_file(split: str) -> Path:
+    return BENCH / "data" / f"semantic_eval_{split}_conversations.jsonl"
+
+
+@pytest.fixture(scope="module", params=SPLITS)
+def split(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def conversations() -> list[dict[str, Any]]:
-    return read(CONVERSATIONS)
+def pairs(split: str) -> list[dict[str, Any]]:
+    return read(pairs_file(split))
+
+
+@pytest.fixture(scope="module")
+def conversations(split: str) -> list[dict[str, Any]]:
+    return read(conversations_file(split))
 
 
 def test_every_pair_row_has_exactly_the_first_sets_keys_in_order(pairs: list[dict[str, Any]]) -> None:
@@ -43,9 +55,10 @@ def test_every_pair_row_has_exactly_the_first_sets_keys_in_order(pairs: list[dic
     assert list(read(FIRST_SET)[0]) == PAIR_KEYS
 
 
-def test_pair_ids_count_up_from_one_and_every_row_is_in_split_test2(pairs: list[dict[str, Any]]) -> None:
+def test_pair_ids_count_up_from_one_and_every_row_is_in_its_split(
+        split: str, pairs: list[dict[str, Any]]) -> None:
     assert [row["id"] for row in pairs] == list(range(1, len(pairs) + 1))
-    assert {row["split"] for row in pairs} == {"test2"}
+    assert {row["split"] for row in pairs} == {split}
 
 
 def test_there_are_at_least_400_pairs_and_about_55_percent_are_paraphrases(pairs: list[dict[str, Any]]) -> None:
@@ -90,11 +103,11 @@ def test_no_question_of_the_first_set_is_reused(pairs: list[dict[str, Any]]) -> 
     assert [row["id"] for row in pairs if row["a"] in first or row["b"] in first] == []
 
 
-def test_every_conversation_row_has_the_first_sets_schema_and_split_test2(
-        conversations: list[dict[str, Any]]) -> None:
+def test_every_conversation_row_has_the_first_sets_schema_and_its_split(
+        split: str, conversations: list[dict[str, Any]]) -> None:
     assert [list(row) for row in conversations] == [CONVERSATION_KEYS] * len(conversations)
     assert [row["id"] for row in conversations] == list(range(1, len(conversations) + 1))
-    assert {row["split"] for row in conversations} == {"test2"}
+    assert {row["split"] for row in conversations} == {split}
 
 
 def test_there_are_at_least_80_conversations_about_half_of_each_category(
@@ -132,11 +145,39 @@ def test_other_context_rows_change_the_context_not_only_the_follow_up(
     assert same_context == []
 
 
-def test_the_files_are_exactly_what_the_builder_writes_from_the_seeds() -> None:
+def test_the_files_are_exactly_what_the_builder_writes_from_the_seeds(split: str) -> None:
     sys.path.insert(0, str(BENCH))
     try:
-        import make_semantic_eval_test2 as builder
+        import make_semantic_eval_heldout as builder
     finally:
         sys.path.remove(str(BENCH))
-    assert read(PAIRS) == builder.pair_rows()
-    assert read(CONVERSATIONS) == builder.conversation_rows()
+    assert read(pairs_file(split)) == builder.pair_rows(split)
+    assert read(conversations_file(split)) == builder.conversation_rows(split)
+
+
+def test_the_test2_builder_command_still_writes_what_the_shared_builder_writes() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import make_semantic_eval_heldout as builder
+        import make_semantic_eval_test2 as test2_builder
+    finally:
+        sys.path.remove(str(BENCH))
+    assert test2_builder.pair_rows() == builder.pair_rows("test2")
+    assert test2_builder.conversation_rows() == builder.conversation_rows("test2")
+    assert (test2_builder.PAIRS_OUT, test2_builder.CONV_OUT) == (pairs_file("test2"), conversations_file("test2"))
+
+
+def test_test3_shares_no_domain_and_no_question_with_test2() -> None:
+    test2, test3 = read(pairs_file("test2")), read(pairs_file("test3"))
+    assert {row["domain"] for row in test2} & {row["domain"] for row in test3} == set()
+    seen = {text for row in test2 for text in (row["a"], row["b"])}
+    assert [row["id"] for row in test3 if row["a"] in seen or row["b"] in seen] == []
+
+
+def test_test3_has_at_least_ten_domains_each_with_paraphrases_and_traps() -> None:
+    by_domain: dict[str, Counter[str]] = {}
+    for row in read(pairs_file("test3")):
+        by_domain.setdefault(row["domain"], Counter())[row["category"]] += 1
+    assert len(by_domain) >= 10
+    assert [d for d, counts in by_domain.items()
+            if counts["paraphrase"] == 0 or sum(counts.values()) == counts["paraphrase"]] == []
