@@ -13,7 +13,13 @@ On a 2-core machine redis-benchmark itself saturates a core, so ops/s partly mea
 client; CPU per request is the robust comparison. Prints a markdown table with ratios.
 
     .venv/bin/python benchmarks/bench_server_small_ops.py [-n 200000] [--n16 N] [--only get set]
-        [--baseline-src DIR]
+        [--baseline-src DIR] [--repeat 3]
+
+A third Pion, compiled and started with ``--appendonly no`` (no WAL, Redis's AOF-off rules:
+docs/operations.md), runs the write tests (SET) beside Redis without persistence: the
+like-for-like pair, as the WAL-on Pion's is Redis+AOF. ``--repeat N`` runs the whole set N
+times, interleaved, and prints the median of each cell; each ratio is the ratio of the medians
+followed by the min–max of the N per-round ratios.
 
 ``--baseline-src`` also runs a second pion-server from another source tree (e.g. a
 checkout of the previous commit's ``src``) in the same run, interleaved, and adds a
@@ -29,6 +35,7 @@ import io
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +55,7 @@ TESTS: tuple[tuple[str, list[str]], ...] = (
     ("v.fetch", ["V.FETCH", "bench", "0", "RANGE", "0", "1"]),
 )
 PION_ONLY = {"v.fetch"}
+NO_AOF_TESTS = {"set"}  # what --appendonly no changes: the WAL record per write
 
 
 def free_port() -> int:
@@ -124,6 +132,8 @@ def main() -> int:
                              " to price an option against --baseline-src")
     parser.add_argument("--only", nargs="*", default=None,
                         help="run only these tests (" + ", ".join(t for t, _ in TESTS) + ")")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of the whole set, interleaved: medians and min-max ratios")
     args = parser.parse_args()
     n16 = args.n16 if args.n16 is not None else 10 * args.n
     for tool in ("redis-server", "redis-benchmark"):
@@ -132,7 +142,7 @@ def main() -> int:
             return 2
     tmp = Path(tempfile.mkdtemp(prefix="bench-small-"))
     ports = {"redis": free_port(), "redis+aof": free_port(), "pion": free_port(),
-             "pion-pure": free_port()}
+             "pion-noaof": free_port(), "pion-pure": free_port()}
     compiled_env = {k: v for k, v in os.environ.items() if k != "PION_PURE_PYTHON"}
     version = subprocess.run([sys.executable, "-m", "pion.server", "--version"], check=True,
                              capture_output=True, text=True, env=compiled_env).stdout.strip()
@@ -152,6 +162,11 @@ def main() -> int:
                                   str(ports["pion"]), "--dir", str(tmp / "pion-data"),
                                   *args.pion_args.split()],
                                  stdout=subprocess.DEVNULL, env=compiled_env),
+        # The compiled hot path without a WAL: the pair of Redis without persistence.
+        "pion-noaof": subprocess.Popen([sys.executable, "-m", "pion.server", "--port",
+                                        str(ports["pion-noaof"]), "--dir", str(tmp / "pion-noaof-data"),
+                                        "--appendonly", "no", *args.pion_args.split()],
+                                       stdout=subprocess.DEVNULL, env=compiled_env),
         "pion-pure": subprocess.Popen([sys.executable, "-m", "pion.server", "--port",
                                        str(ports["pion-pure"]), "--dir",
                                        str(tmp / "pion-pure-data"), *args.pion_args.split()],
@@ -163,33 +178,65 @@ def main() -> int:
         procs["pion-base"] = subprocess.Popen(
             [sys.executable, "-m", "pion.server", "--port", str(ports["pion-base"]), "--dir",
              str(tmp / "pion-base-data")], stdout=subprocess.DEVNULL, env=env)
-    rows: list[Row] = []
+    rounds: list[dict[tuple[str, str, int], Row]] = []
     try:
         for name, port in ports.items():
             wait_for_ping(port)
             prepare(port, pion=name.startswith("pion"))
-        for pipeline in (1, 16):
-            for test, bench_args in TESTS:
-                if args.only and test not in args.only:
-                    continue
-                for name, port in ports.items():  # interleave so drift hits all alike
-                    if test in PION_ONLY and not name.startswith("pion"):
+        for _ in range(args.repeat):
+            rows: list[Row] = []
+            for pipeline in (1, 16):
+                for test, bench_args in TESTS:
+                    if args.only and test not in args.only:
                         continue
-                    rows += run_one(name, procs[name].pid, port, test, bench_args,
-                                    args.n if pipeline == 1 else n16, pipeline)
+                    for name, port in ports.items():  # interleave so drift hits all alike
+                        if test in PION_ONLY and not name.startswith("pion"):
+                            continue
+                        if name == "pion-noaof" and test not in NO_AOF_TESTS:
+                            continue
+                        rows += run_one(name, procs[name].pid, port, test, bench_args,
+                                        args.n if pipeline == 1 else n16, pipeline)
+            rounds.append({(r.server, r.test, r.pipeline): r for r in rows})
     finally:
         for proc in procs.values():
             proc.terminate()
             proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
-
-    by_key = {(r.server, r.test, r.pipeline): r for r in rows}
     print(f"{version}; redis-benchmark -n {args.n} (-P 16: -n {n16}) -d 3 -c 50, one test per "
           f"run; server CPU "
           f"from /proc/<pid>/stat (utime+stime); redis+aof = appendonly yes, appendfsync "
           f"everysec (pion-server's default WAL policy); pure = the same tree with "
-          f"PION_PURE_PYTHON=1\n")
-    base_cols = args.baseline_src is not None
+          f"PION_PURE_PYTHON=1; 'appendonly no' rows = compiled Pion with --appendonly no; "
+          f"{args.repeat} round(s): medians, ratios as ratio of medians (min–max of the rounds)\n")
+    print_table(rounds, args.baseline_src is not None)
+    return 0
+
+
+def median_row(rounds: list[dict[tuple[str, str, int], Row]], key: tuple[str, str, int]) -> Row | None:
+    """The per-cell median over the rounds (None when the cell was not run)."""
+    found = [r[key] for r in rounds if key in r]
+    if not found:
+        return None
+    return Row(key[0], key[1], key[2], statistics.median(r.rps for r in found),
+               statistics.median(r.cpu_us_per_req for r in found))
+
+
+def ratio(rounds: list[dict[tuple[str, str, int], Row]], a: tuple[str, str, int],
+          b: tuple[str, str, int], what: str) -> str:
+    """``a ÷ b`` of the medians, and the min–max of the per-round ratios when there are several."""
+    ma, mb = median_row(rounds, a), median_row(rounds, b)
+    if ma is None or mb is None:
+        return "—"
+    text = f"{getattr(ma, what) / getattr(mb, what):.2f}×"
+    per_round = [getattr(r[a], what) / getattr(r[b], what) for r in rounds if a in r and b in r]
+    if len(per_round) > 1:
+        text += f" ({min(per_round):.2f}–{max(per_round):.2f})"
+    return text
+
+
+def print_table(rounds: list[dict[tuple[str, str, int], Row]], base_cols: bool) -> None:
+    """One row per (test, -P) for the WAL-on Pion, then one per write test for --appendonly no
+    (its compiled column is that server; its pair is Redis without persistence)."""
     print("| test | -P | ops/s Redis | ops/s Redis+AOF | ops/s Pion pure | ops/s Pion compiled | "
           "ops/s compiled ÷ Redis | CPU µs/req Redis | Redis+AOF | Pion pure | Pion compiled | "
           "CPU compiled ÷ Redis | CPU compiled ÷ Redis+AOF | CPU compiled ÷ pure |"
@@ -197,33 +244,32 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if base_cols else ""))
 
     def cell(server: str, test: str, pipeline: int, fmt: str, what: str) -> str:
-        row = by_key.get((server, test, pipeline))
+        row = median_row(rounds, (server, test, pipeline))
         return "—" if row is None else format(getattr(row, what), fmt)
 
-    def ratio(a: Row | None, b: Row | None, what: str) -> str:
-        if a is None or b is None:
-            return "—"
-        return f"{getattr(a, what) / getattr(b, what):.2f}×"
-
-    for (server, test, pipeline), pion in by_key.items():
-        if server != "pion":
-            continue
-        redis_row = by_key.get(("redis", test, pipeline))
-        aof = by_key.get(("redis+aof", test, pipeline))
-        pure = by_key[("pion-pure", test, pipeline)]
-        line = (f"| {test} | {pipeline} | {cell('redis', test, pipeline, ',.0f', 'rps')} | "
-                f"{cell('redis+aof', test, pipeline, ',.0f', 'rps')} | {pure.rps:,.0f} | "
-                f"{pion.rps:,.0f} | {ratio(pion, redis_row, 'rps')} | "
+    keys = [k for k in rounds[0] if k[0] == "pion"]
+    noaof = [k for k in rounds[0] if k[0] == "pion-noaof"]
+    for server, test, pipeline in [*keys, *noaof]:
+        me = (server, test, pipeline)
+        wal_on = server == "pion"
+        label = test if wal_on else f"{test} (appendonly no)"
+        dash = "—"
+        other = {name: (name, test, pipeline) for name in ("redis", "redis+aof", "pion-pure", "pion-base")}
+        line = (f"| {label} | {pipeline} | {cell('redis', test, pipeline, ',.0f', 'rps')} | "
+                f"{cell('redis+aof', test, pipeline, ',.0f', 'rps')} | "
+                f"{cell('pion-pure', test, pipeline, ',.0f', 'rps') if wal_on else dash} | "
+                f"{cell(server, test, pipeline, ',.0f', 'rps')} | {ratio(rounds, me, other['redis'], 'rps')} | "
                 f"{cell('redis', test, pipeline, '.2f', 'cpu_us_per_req')} | "
                 f"{cell('redis+aof', test, pipeline, '.2f', 'cpu_us_per_req')} | "
-                f"{pure.cpu_us_per_req:.2f} | {pion.cpu_us_per_req:.2f} | "
-                f"{ratio(pion, redis_row, 'cpu_us_per_req')} | "
-                f"{ratio(pion, aof, 'cpu_us_per_req')} | {ratio(pion, pure, 'cpu_us_per_req')} |")
+                f"{cell('pion-pure', test, pipeline, '.2f', 'cpu_us_per_req') if wal_on else dash} | "
+                f"{cell(server, test, pipeline, '.2f', 'cpu_us_per_req')} | "
+                f"{ratio(rounds, me, other['redis'], 'cpu_us_per_req')} | "
+                f"{ratio(rounds, me, other['redis+aof'], 'cpu_us_per_req') if wal_on else dash} | "
+                f"{ratio(rounds, me, other['pion-pure'], 'cpu_us_per_req') if wal_on else dash} |")
         if base_cols:
-            base = by_key[("pion-base", test, pipeline)]
-            line += f" {base.cpu_us_per_req:.2f} | {ratio(pion, base, 'cpu_us_per_req')} |"
+            line += (f" {cell('pion-base', test, pipeline, '.2f', 'cpu_us_per_req')} | "
+                     f"{ratio(rounds, me, other['pion-base'], 'cpu_us_per_req') if wal_on else dash} |")
         print(line)
-    return 0
 
 
 if __name__ == "__main__":

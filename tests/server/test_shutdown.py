@@ -42,7 +42,7 @@ ENV_SAMPLES: dict[str, tuple[str, object]] = {
     "maxclients": ("9", 9), "proto_max_bulk_len": ("1mb", 1024**2),
     "client_query_buffer_limit": ("2mb", 2 * 1024**2), "client_output_buffer_limit": ("0", 0),
     "slowlog_log_slower_than_us": ("-1", -1), "slowlog_max_len": ("5", 5),
-    "embed_threads": ("2", 2), "hz": ("50", 50), "appendfsync": ("always", "always"),
+    "embed_threads": ("2", 2), "hz": ("50", 50), "appendonly": ("no", False), "appendfsync": ("always", "always"),
     "wal_max_bytes": ("300kb", 300 * 1024), "wal_repair": ("yes", True),
     "binary_port": ("0", 0), "attention_threads": ("2", 2),
     "worker_port_base": ("0", 0), "independent_workers": ("yes", True),

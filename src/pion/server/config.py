@@ -56,6 +56,7 @@ class ServerConfig:
     slowlog_max_len: int = 128  # SLOWLOG ring size (oldest entries drop off)
     embed_threads: int = 1  # torch threads of the AI.* embedder; 0 = torch's default (docs/benchmarks.md)
     hz: int = 10  # active-expiry cycles per second
+    appendonly: bool = True  # False: no WAL is written or replayed (a cache, like Redis appendonly no)
     appendfsync: str = "everysec"  # WAL fsync policy: always | everysec | no (Redis semantics)
     wal_max_bytes: int = 1024**3  # a background snapshot starts when the WAL passes this
     wal_repair: bool = False  # cut a damaged WAL at the damage instead of refusing to start
@@ -133,6 +134,9 @@ OPTIONS: list[Option] = [
     Option(("--embed-threads",), "embed_threads", parse_int(0),
            "torch CPU threads of the AI.* embedding model (default 1; 0 = torch's default, one per core)"),
     Option(("--hz",), "hz", parse_int(1, 500), "active-expiry cycles per second (default 10)"),
+    Option(("--appendonly",), "appendonly", parse_bool,
+           "yes (default): log every write to the WAL and replay it at start-up; no: keep nothing "
+           "across restarts but what SAVE/BGSAVE write (docs/operations.md)"),
     Option(("--appendfsync",), "appendfsync", parse_choice("always", "everysec", "no"),
            "WAL fsync policy: always (reply after fsync) | everysec (default) | no"),
     Option(("--wal-max-bytes",), "wal_max_bytes", parse_positive_size,

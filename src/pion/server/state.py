@@ -46,7 +46,7 @@ def build_state(config: ServerConfig, worker: WorkerRuntime | None = None,
     policy: FsyncPolicy = config.appendfsync  # type: ignore[assignment]  # validated by config
     worker_id = WORKER_ID if worker is None else worker.worker_id
     persist = Persistence(PersistOptions(config.data_dir, worker_id, policy, config.wal_max_bytes,
-                                         config.wal_repair))
+                                         config.wal_repair, config.appendonly))
     tenants = TenantRegistry(config.tenants, config.requirepass, config.ns_prefix, receipt)
     table = build_table()
     cold_tier = install_cold_tier(config, stores, receipt, table.specs)  # None without --cold-tier
@@ -75,13 +75,14 @@ def open_state(state: ServerState) -> None:
         publish_all(state)
         install_directory_hooks(state)
     attach(state.stores, persist)
-    # Group commit per event-loop batch: small records are buffered and written (and
-    # fsynced under always) once, before any reply of the batch leaves (net.py).
-    persist.enable_batching()
-    hooks = ReplyHooks(persist)  # (compiled: no Python frame per reply batch)
-    state.network.before_reply.append(hooks.flush_batch)
-    state.network.reply_pending.append(hooks.batch_pending)
-    state.dispatcher.track_writes = True
+    if persist.appendonly:  # --appendonly no: no WAL, so no hooks and no write marks
+        # Group commit per event-loop batch: small records are buffered and written (and
+        # fsynced under always) once, before any reply of the batch leaves (net.py).
+        persist.enable_batching()
+        hooks = ReplyHooks(persist)  # (compiled: no Python frame per reply batch)
+        state.network.before_reply.append(hooks.flush_batch)
+        state.network.reply_pending.append(hooks.batch_pending)
+        state.dispatcher.track_writes = True
     if state.cold_tier is not None:
         state.cold_tier.start()  # after the replay: replayed evictions are not demotions
     state.expiry_task = asyncio.get_running_loop().create_task(

@@ -373,7 +373,7 @@ def _config_view(ctx: CommandContext) -> dict[str, str]:
         "slowlog-max-len": str(cfg.slowlog_max_len),
         "hz": str(cfg.hz), "databases": str(len(ctx.server.stores.dbs)), "save": "",
         "maxmemory-policy": cfg.maxmemory_policy, "maxmemory-samples": str(cfg.maxmemory_samples),
-        "appendonly": "yes", "appendfsync": cfg.appendfsync,  # the WAL is always on
+        "appendonly": "yes" if cfg.appendonly else "no", "appendfsync": cfg.appendfsync,
         "wal-max-bytes": str(cfg.wal_max_bytes),
         "requirepass": cfg.requirepass or "", "loglevel": cfg.loglevel,
         "max-sessions": str(cfg.max_sessions),

@@ -7,7 +7,7 @@
   stores through their ordinary methods (journals still detached).
 * ``snapshot_records`` — walks the stores and yields the records that rebuild them
   (SAVE, BGSAVE).
-* ``attach`` — the three above, wired for one worker.
+* ``attach`` — the three above, wired for one worker (the journal only with ``--appendonly yes``).
 * ``ReplyHooks`` — the network layer's per-batch WAL hooks (group commit).
 
 The record schema is documented once, in ``store/records.py``.
@@ -103,7 +103,11 @@ def make_sink(stores: Stores) -> Callable[[int, dict[str, Any]], None]:
 
 
 def attach(stores: Stores, persist: Persistence) -> None:
-    """Log every mutation from now on, and let SAVE/BGSAVE walk the stores."""
+    """Log every mutation from now on, and let SAVE/BGSAVE walk the stores. Under
+    ``--appendonly no`` the stores keep their null journals: nothing is logged."""
+    persist.set_snapshot_source(lambda: snapshot_fields(stores))
+    if not persist.appendonly:
+        return
     journal = WalJournal(persist)
     stores.vstore.journal = journal
     for keyspace in stores.dbs:
@@ -111,7 +115,6 @@ def attach(stores: Stores, persist: Persistence) -> None:
     stores.semantic.journal = journal
     stores.search.journal = journal
     stores.ssm.journal = journal
-    persist.set_snapshot_source(lambda: snapshot_fields(stores))
 
 
 def snapshot_fields(stores: Stores) -> Iterator[tuple[RecordType, Mapping[str, Any]]]:

@@ -16,6 +16,13 @@ Roles, in the order a worker uses them:
   when the WAL passes ``wal_max_bytes``). Both need ``set_snapshot_source``.
 * ``info()``/``wal_bytes`` for INFO and KV.PREFIX.INFO; ``close()`` at shutdown.
 
+With ``appendonly=False`` (``--appendonly no``, Redis's name) there is no WAL: ``recover``
+loads the snapshot only and opens nothing for appending, the stores keep their null
+journals (``binding.attach``), and SAVE/BGSAVE still write snapshots on request; a
+snapshot at the default path then also removes WAL files an earlier ``--appendonly yes``
+run left (they were not replayed, and replaying them over the new snapshot would bring
+back older state).
+
 A snapshot at the default path starts by rotating the WAL: the active file is
 closed as a segment (``files.py``), the snapshot records ``begin_seq`` (the
 last seq in that segment) and, once the snapshot is renamed into place and the
@@ -37,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from pion.common.errors import CommandError
-from pion.server.persist.files import DataLayout
+from pion.server.persist.files import DataLayout, fsync_dir
 from pion.server.persist.records import RecordType, frame
 from pion.server.persist.recovery import RecoveryReport, Sink, recover
 from pion.server.persist.snapshot import SnapshotWriter
@@ -59,6 +66,7 @@ class PersistOptions:
     appendfsync: FsyncPolicy = "everysec"
     wal_max_bytes: int = 1024**3
     wal_repair: bool = False
+    appendonly: bool = True  # False: no WAL (--appendonly no)
 
 
 class Persistence:
@@ -81,13 +89,22 @@ class Persistence:
 
     # -- start-up ----------------------------------------------------------------------------
 
+    @property
+    def appendonly(self) -> bool:
+        """False under ``--appendonly no``: nothing is logged, the stores keep null journals."""
+        return self.options.appendonly
+
     def recover(self, sink: Sink) -> RecoveryReport:
-        """Load snapshot + WAL into ``sink``, then open the WAL for appends (before serving)."""
-        report = recover(self.layout, sink, repair=self.options.wal_repair)
+        """Load snapshot + WAL into ``sink``, then open the WAL for appends (before serving);
+        under ``--appendonly no`` the snapshot only, and no WAL is opened."""
+        report = recover(self.layout, sink, repair=self.options.wal_repair,
+                         replay_wal=self.options.appendonly)
+        self.report = report
+        if not self.options.appendonly:
+            return report
         next_seq = report.last_seq + 1
         self.wal = WalWriter(self.layout, self.options.appendfsync, next_seq=next_seq,
                              active_first_seq=report.active_first_seq)
-        self.report = report
         return report
 
     def set_snapshot_source(self, source: SnapshotSource) -> None:
@@ -100,6 +117,16 @@ class Persistence:
         if self.wal is None:
             raise RuntimeError("persistence used before recover() opened the WAL")
         return self.wal
+
+    def _snapshot_begin(self, is_default: bool) -> tuple[int, WalWriter | None]:
+        """The seq a snapshot begins at and the WAL it covers (rotated for the default path).
+        Without a WAL (``--appendonly no``) nothing is logged after recovery: the seq it ended at."""
+        if not self.options.appendonly:
+            if self.report is None:
+                raise RuntimeError("persistence used before recover()")
+            return self.report.last_seq, None
+        wal = self._writer()
+        return (wal.rotate() if is_default else wal.last_seq), wal
 
     def append(self, rtype: RecordType, fields: Mapping[str, Any] | bytes) -> int:
         """Log one mutation before it is applied; CommandError(MISCONF) if the WAL write fails.
@@ -179,10 +206,9 @@ class Persistence:
             raise CommandError("Background save already in progress")
         target = self.resolve_path(path)
         is_default = target == self.layout.snapshot_path.resolve() or target == self.layout.snapshot_path
-        wal = self._writer()
         started = time.monotonic()
         try:
-            begin = wal.rotate() if is_default else wal.last_seq
+            begin, wal = self._snapshot_begin(is_default)
             writer = SnapshotWriter(target, self.options.worker, begin)
         except OSError as e:
             raise CommandError(f"snapshot failed: {e.strerror or e} ({target.name}); "
@@ -198,12 +224,14 @@ class Persistence:
             reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise CommandError(f"snapshot failed: {reason} ({target.name}); "
                                "the previous snapshot and WAL are unchanged") from e
-        self._saved(target, writer, begin, started, wal if is_default else None)
+        self._saved(target, writer, begin, started, wal, is_default)
         return target
 
     def _saved(self, target: Path, writer: SnapshotWriter, begin: int, started: float,
-               wal: WalWriter | None) -> None:
-        removed = wal.drop_segments_upto(begin) if wal is not None else []
+               wal: WalWriter | None, is_default: bool) -> None:
+        removed: list[str] = []
+        if is_default:  # the snapshot is durable: drop the WAL files it covers
+            removed = wal.drop_segments_upto(begin) if wal is not None else self._drop_unreplayed_wal()
         self.last_save_seconds = time.monotonic() - started
         self.last_save_unix = int(time.time())
         self.last_bgsave_status = "ok"
@@ -231,10 +259,9 @@ class Persistence:
 
     async def _bgsave(self) -> None:
         source = self._require_source()
-        wal = self._writer()
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        begin = wal.rotate()
+        begin, wal = self._snapshot_begin(True)
         target = self.layout.snapshot_path
         writer = SnapshotWriter(target, self.options.worker, begin)
         try:
@@ -256,12 +283,23 @@ class Persistence:
                     slice_started = time.monotonic()
             if pending:
                 await loop.run_in_executor(self._bg_pool, writer.write_parts, pending)
-            end_seq = wal.last_seq
+            end_seq = wal.last_seq if wal is not None else begin
             await loop.run_in_executor(self._bg_pool, writer.commit, end_seq)
         except BaseException:
             writer.abort()
             raise
-        self._saved(target, writer, begin, started, wal)
+        self._saved(target, writer, begin, started, wal, True)
+
+    def _drop_unreplayed_wal(self) -> list[str]:
+        """``--appendonly no``: remove the WAL files an earlier ``--appendonly yes`` run left
+        (recovery did not replay them; the new snapshot holds the live state)."""
+        removed = []
+        for path in self.layout.wal_files():
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+        if removed:
+            fsync_dir(self.layout.data_dir)
+        return removed
 
     # -- reporting and shutdown ---------------------------------------------------------------
 
@@ -269,6 +307,7 @@ class Persistence:
         """Fields for INFO's ``# Persistence`` section."""
         wal = self.wal
         return {
+            "aof_enabled": int(self.options.appendonly),
             "wal_bytes": self.wal_bytes,
             "appendfsync": self.options.appendfsync,
             "wal_max_bytes": self.options.wal_max_bytes,

@@ -104,8 +104,12 @@ def _apply(sink: Sink, rtype: int, fields: dict[str, Any], where: str, lenient: 
             log.warning("recovery: %s at %s could not be applied: %s", record_type_name(rtype), where, e)
 
 
-def recover(layout: DataLayout, sink: Sink, *, repair: bool = False) -> RecoveryReport:
-    """Load ``layout``'s snapshot and WAL into ``sink``; raises RecoveryError on damage."""
+def recover(layout: DataLayout, sink: Sink, *, repair: bool = False,
+            replay_wal: bool = True) -> RecoveryReport:
+    """Load ``layout``'s snapshot and WAL into ``sink``; raises RecoveryError on damage.
+
+    ``replay_wal=False`` (``--appendonly no``): the snapshot only, as Redis with AOF off loads
+    its RDB file and ignores the AOF; WAL files found are logged and left untouched."""
     started = time.monotonic()
     report = RecoveryReport()
     tmp = layout.snapshot_path.with_name(layout.snapshot_path.name + ".tmp")
@@ -113,12 +117,19 @@ def recover(layout: DataLayout, sink: Sink, *, repair: bool = False) -> Recovery
         log.warning("recovery: removing %s left by an interrupted snapshot", tmp)
         tmp.unlink()
     wal_files = layout.wal_files()
+    if not replay_wal and wal_files:
+        log.warning("recovery: --appendonly no: not replaying %d bytes of WAL (%s); a start with "
+                    "--appendonly yes would, a SAVE or BGSAVE removes them",
+                    sum(p.stat().st_size for p in wal_files), ", ".join(p.name for p in wal_files))
+    if not replay_wal:
+        wal_files = []
     snap = layout.snapshot_path if layout.snapshot_path.exists() else None
     total = (snap.stat().st_size if snap else 0) + sum(p.stat().st_size for p in wal_files)
     progress = _Progress(total)
     if snap is not None:
         _load_snapshot(snap, sink, report, progress)
-    _replay_wal(layout, wal_files, sink, report, progress, repair)
+    if replay_wal:
+        _replay_wal(layout, wal_files, sink, report, progress, repair)
     report.bytes_read = progress.done
     report.seconds = time.monotonic() - started
     log.info("recovery: %s", report.summary())

@@ -64,6 +64,7 @@ from pion.server.persist.records import RecordType, append_small, frame, frame_p
 
 FsyncPolicy = Literal["always", "everysec", "no"]
 FSYNC_POLICIES: tuple[str, ...] = ("always", "everysec", "no")
+_os_write: Final = os.write
 BATCH_MAX_RECORD: Final = 16 * 1024  # payloads up to this size, without a >= 4 KB blob, are buffered
 BATCH_MAX_BYTES: Final = 1024 * 1024  # a buffer past this is written at once (still before any reply)
 # Upper bounds (seconds) of the fsync latency histogram (pion_wal_fsync_duration_seconds).
@@ -187,7 +188,12 @@ class WalWriter:
         if buf:
             good = self._offset
             try:
-                written = write_all(self._fd, [buf])
+                # One write() for the batch; ``write_all`` (a Python-level loop over a list of
+                # buffers, ~1 µs) only finishes a short write. Once per reply batch: at -P 1 about
+                # once per SET (issue 13).
+                written = _os_write(self._fd, buf)
+                if written < len(buf):
+                    written += write_all(self._fd, [bytes(buf[written:])])
             except OSError as e:
                 self._cut(good)
                 self._fail(f"{e.strerror or e}")
