@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from semantic_eval_seeds import DOMAINS, SPLIT_OF_DOMAIN
+from semantic_eval_seeds import DOMAINS, LATE_FAMILIES, SPLIT_OF_DOMAIN
 
 PAIRS_OUT = ROOT / "benchmarks" / "data" / "semantic_eval_pairs.jsonl"
 CONV_OUT = ROOT / "benchmarks" / "data" / "semantic_eval_conversations.jsonl"
@@ -68,6 +68,10 @@ def intent_pairs(rng: random.Random, dom: dict[str, Any], intent: dict[str, Any]
         for i, j in itertools.combinations(range(len(phr)), 2):
             a, b = (i, j) if rng.random() < 0.5 else (j, i)
             pairs.append(("paraphrase", fill(phr[a], slots), fill(phr[b], slots)))
+    for k, template in enumerate(intent.get("bare", ())):  # the name on one side only ("my account")
+        slots = fills[k % 2]
+        a, b = fill(phr[k % len(phr)], slots), fill(template, slots)
+        pairs.append(("paraphrase", a, b) if k % 2 == 0 else ("paraphrase", b, a))
     ents = dom["entities"][intent["e"]]
     for k in range(3):  # the same or a paraphrased question about another entity
         slots = dict(fills[k % 2])
@@ -104,7 +108,7 @@ def conversation(rng: random.Random, ctx: str, follow_up: str) -> list[dict[str,
             {"role": "user", "content": follow_up}]
 
 
-def conversation_pairs(rng: random.Random, dom: dict[str, Any]) -> list[tuple[str, list, list]]:
+def conversation_pairs(rng: random.Random, dom: dict[str, Any], dom_name: str = "") -> list[tuple[str, list, list]]:
     """(category, a messages, b messages) for one domain's conversation seeds."""
     out: list[tuple[str, list, list]] = []
     seeds = dom["conversations"]
@@ -123,8 +127,11 @@ def conversation_pairs(rng: random.Random, dom: dict[str, Any]) -> list[tuple[st
                 out.append(("other_context", conversation(rng, fill(seed["ctx"][i], {"e": e}), fu),
                             conversation(rng, fill(seed["ctx"][j], {"e": other}), fu)))
                 # the same follow-up after a context about another kind of thing
+                # (families added later are left out of earlier families' pool, so that
+                # appending a family keeps every earlier row byte-identical)
                 others = [x for k, x in enumerate(seeds) if k != s_idx] or [
-                    x for d in DOMAINS.values() for x in d["conversations"] if x is not seed]
+                    x for name, d in DOMAINS.items() for x in d["conversations"]
+                    if x is not seed and (name not in LATE_FAMILIES or dom_name in LATE_FAMILIES)]
                 alt = rng.choice(others)
                 alt_dom = next(d for d in DOMAINS.values() if alt in d["conversations"])
                 alt_ctx = fill(rng.choice(alt["ctx"]), {"e": rng.choice(alt_dom["entities"][alt["e"]])})
@@ -143,7 +150,7 @@ def main() -> None:
             for category, a, b in intent_pairs(rng, dom, intent):
                 pair_rows.append({"id": len(pair_rows) + 1, "split": split, "domain": domain,
                                   "intent": f"{domain}/{n_intent}", "category": category, "a": a, "b": b})
-        for category, ma, mb in conversation_pairs(rng, dom):
+        for category, ma, mb in conversation_pairs(rng, dom, domain):
             conv_rows.append({"id": len(conv_rows) + 1, "split": split, "domain": domain,
                               "category": category, "a": ma, "b": mb})
     PAIRS_OUT.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pair_rows))

@@ -11,6 +11,9 @@ An intent is a dict:
   neg    the first phrasing negated or turned into its antonym (a trap).
   e      the entity pool the {e} slot draws from (swapping it is an entity-swap trap).
   n / d  optional number / date pool (changing it is a numbers/dates trap).
+  bare   optional phrasings without the name ("my account"), each paired with a named
+         phrasing as a should-hit pair (fifth round; a single-product support desk).
+Slot values may be ``Forms`` (fifth round, at the end): one fact, several spellings.
 Conversations: ``ctx`` phrasings of an opening turn about {e}, ``fu`` phrasings of a
 follow-up that only makes sense with its context ("cancel it").
 """
@@ -626,3 +629,197 @@ DOMAINS["school"] = {
     ],
     "conversations": [],
 }
+
+
+# Fifth round (issue 18): the same fact written another way. A slot value is a ``Forms``:
+# ``{n}`` is its usual spelling and ``{n:w}`` / ``{n:u}`` / ... other spellings of the SAME
+# fact (digits vs words, another unit, another date or time format, a name's casing,
+# spacing or possessive). Phrasings of one intent use different spellings, so every
+# paraphrase pair asks about one fact written two ways; the numbers/dates and entity traps
+# swap in another value, often in another spelling too (a different amount in another
+# unit, another date in another format, another product). Pools also hold the same digits
+# in another unit ("2 TB" vs "2 GB"), which is a different fact.
+
+
+class Forms:
+    """One fact and its spellings: ``format(f, "w")`` picks the spelling named ``w``."""
+
+    def __init__(self, default: str, **forms: str) -> None:
+        self.default, self.forms = default, forms
+
+    def __format__(self, spec: str) -> str:
+        return self.forms.get(spec, self.default) if spec else self.default
+
+    def __repr__(self) -> str:
+        return f"Forms({self.default!r})"
+
+
+def _app(name: str, spaced: str) -> Forms:
+    return Forms(name, lc=name.lower(), sp=spaced, poss=f"{name}'s", up=name.upper())
+
+
+SPLIT_OF_DOMAIN |= {"plans": "train", "bookings": "dev"}
+
+DOMAINS["plans"] = {
+    "entities": {"app": [_app("CloudNest", "Cloud Nest"), _app("PhotoVault", "Photo Vault"),
+                         _app("NoteHub", "Note Hub"), _app("MailSpring", "Mail Spring"),
+                         _app("DropCrate", "Drop Crate")]},
+    "numbers": {
+        "storage": [Forms("2 TB", w="two terabytes", u="2000 GB", c="2TB"),
+                    Forms("1 TB", w="one terabyte", u="1000 GB", c="1TB"),
+                    Forms("500 GB", w="five hundred gigabytes", u="half a terabyte", c="500GB"),
+                    Forms("2 GB", w="two gigabytes", u="2000 MB", c="2GB"),
+                    Forms("200 GB", w="two hundred gigabytes", u="0.2 TB", c="200GB")],
+        "price": [Forms("$20", w="twenty dollars", u="20 dollars", c="20 USD"),
+                  Forms("$15", w="fifteen dollars", u="15 dollars", c="15 USD"),
+                  Forms("$9.99", w="nine ninety-nine", u="9.99 dollars", c="9.99 USD"),
+                  Forms("$25", w="twenty-five dollars", u="25 dollars", c="25 USD"),
+                  Forms("€20", w="twenty euros", u="20 euros", c="20 EUR")],
+        "seats": [Forms("3", w="three"), Forms("5", w="five"), Forms("12", w="twelve", u="a dozen"),
+                  Forms("25", w="twenty-five"), Forms("4", w="four")],
+        "nth": [Forms("2nd", w="second", u="2"), Forms("3rd", w="third", u="3"), Forms("5th", w="fifth", u="5"),
+                Forms("1st", w="first", u="1")],
+    },
+    "dates": {
+        "day": [Forms("March 3", w="3 March", u="the 3rd of March", c="Mar 3rd"),
+                Forms("June 30", w="30 June", u="the 30th of June", c="Jun 30th"),
+                Forms("March 13", w="13 March", u="the 13th of March", c="Mar 13th"),
+                Forms("September 1", w="1 September", u="the 1st of September", c="Sept 1st"),
+                Forms("June 3", w="3 June", u="the third of June", c="Jun 3rd")],
+        "time": [Forms("3 pm", w="3:00 PM", u="15:00", c="3 p.m."),
+                 Forms("9 am", w="9:00 AM", u="09:00", c="nine in the morning"),
+                 Forms("3 am", w="3:00 AM", u="03:00", c="3 a.m."),
+                 Forms("11:30 pm", w="11:30 PM", u="23:30", c="half past eleven at night"),
+                 Forms("noon", w="12 pm", u="12:00", c="midday")],
+    },
+    "scope": ["for a business account", "on Android", "for a student plan", "from outside the EU"],
+    "intents": [
+        {"e": "app", "n": "storage", "p": ["How do I upgrade my {e} storage to {n}?",
+                                           "How can I get {n:w} of storage on {e:lc}?",
+                                           "What's the way to raise my {e:sp} storage to {n:u}?",
+                                           "How to move {e:poss} storage plan up to {n:c}?"],
+         "neg": "Why can't I upgrade my {e} storage to {n}?"},
+        {"e": "app", "n": "price", "p": ["Why was I charged {n} by {e}?", "Why did {e:lc} bill me {n:w}?",
+                                         "What is the {n:u} charge from {e:sp}?",
+                                         "Why is there a {n:c} charge from {e} on my card?"],
+         "neg": "Why was I not charged {n} by {e}?"},
+        {"e": "app", "n": "seats", "p": ["Can I add {n} users to my {e} team plan?",
+                                         "Is it possible to add {n:w} users to a {e:sp} team plan?",
+                                         "Does the {e:lc} team plan allow {n:u} extra users?",
+                                         "How do I put {n:w} more people on {e:poss} team plan?"],
+         "neg": "Why can't I add {n} users to my {e} team plan?"},
+        {"e": "app", "n": "nth", "p": ["Why did my {n} payment to {e} fail?",
+                                       "Why was my {n:w} {e:sp} payment declined?",
+                                       "What made the {n:w} payment for {e:lc} not go through?",
+                                       "Why did payment number {n:u} to {e} fail?"],
+         "neg": "Why did my {n} payment to {e} not fail?"},
+        {"e": "app", "d": "day", "p": ["Will my {e} plan renew on {d}?", "Does {e:lc} renew my plan on {d:w}?",
+                                       "Is my {e:sp} renewal due on {d:u}?", "Will {e:poss} renewal happen on {d:c}?"],
+         "neg": "Will my {e} plan not renew on {d}?"},
+        {"e": "app", "d": "time", "p": ["Is {e} maintenance starting at {d}?", "Does {e:lc} maintenance begin at {d:w}?",
+                                        "Will the {e:sp} maintenance window start at {d:u}?",
+                                        "Is {e:poss} maintenance scheduled to start at {d:c}?"],
+         "neg": "Is {e} maintenance not starting at {d}?"},
+        {"e": "app", "p": ["How do I cancel my {e} plan?", "How can I cancel my {e:lc} plan?",
+                           "What's the way to cancel a {e:sp} plan?", "How to end {e:poss} plan?"],
+         "bare": ["How do I cancel my plan?", "How can I cancel my subscription plan?"],
+         "neg": "How do I cancel my {e} plan without losing my files?"},
+        {"e": "app", "p": ["How do I delete my {e} account?", "How can I delete my {e:up} account?",
+                           "What's the way to remove my {e:sp} account?", "How do I get rid of {e:poss} account I have?"],
+         "bare": ["How do I delete my account?", "How can I remove my account?"],
+         "neg": "Why can't I delete my {e} account?"},
+    ],
+    "conversations": [
+        {"e": "app", "ctx": ["I have a {e} plan.", "I'm paying for {e:lc}.", "My {e:sp} subscription is active.",
+                             "I use {e:poss} paid plan."],
+         "fu": [["Can I get 2 TB of storage on it?", "Can I get two terabytes of storage on it?",
+                 "Can I get 2000 GB of storage on it?"],
+                ["Why was it $20 this month?", "Why did it cost twenty dollars this month?",
+                 "Why was it 20 USD this month?"],
+                ["Does it renew on March 3?", "Does it renew on the 3rd of March?", "Does it renew on 3 March?"]]},
+    ],
+}
+
+DOMAINS["bookings"] = {
+    "entities": {"place": [Forms("Lisbon", lc="lisbon", poss="Lisbon's", up="LISBON", sp="Lisbon city"),
+                           Forms("New York", lc="new york", poss="New York's", up="NYC", sp="NY"),
+                           Forms("San Francisco", lc="san francisco", poss="San Francisco's", up="SF",
+                                 sp="San Fran"),
+                           Forms("Barcelona", lc="barcelona", poss="Barcelona's", up="BARCELONA", sp="BCN"),
+                           Forms("Los Angeles", lc="los angeles", poss="Los Angeles's", up="LA", sp="L.A.")]},
+    "numbers": {
+        "guests": [Forms("2", w="two", u="a couple of", c="2"), Forms("4", w="four", u="4", c="4"),
+                   Forms("6", w="six", u="half a dozen", c="6"), Forms("3", w="three", u="3", c="3"),
+                   Forms("12", w="twelve", u="a dozen", c="12")],
+        "dist": [Forms("5 km", w="five kilometres", u="5000 metres", c="5km"),
+                 Forms("10 km", w="ten kilometers", u="10,000 m", c="10km"),
+                 Forms("5 miles", w="five miles", u="5 mi", c="5mi"),
+                 Forms("2 km", w="two kilometres", u="2000 m", c="2km")],
+        "weight": [Forms("23 kg", w="twenty-three kilograms", u="23 kilos", c="23kg"),
+                   Forms("20 kg", w="twenty kilograms", u="20 kilos", c="20kg"),
+                   Forms("23 lb", w="twenty-three pounds", u="23 lbs", c="23lb"),
+                   Forms("32 kg", w="thirty-two kilograms", u="32 kilos", c="32kg")],
+        "nights": [Forms("3", w="three"), Forms("7", w="seven", u="a week of"), Forms("2", w="two"),
+                   Forms("14", w="fourteen", u="two weeks of")],
+    },
+    "dates": {
+        "day": [Forms("July 14", w="14 July", u="the 14th of July", c="Jul 14th"),
+                Forms("August 2", w="2 August", u="the 2nd of August", c="Aug 2nd"),
+                Forms("July 4", w="4 July", u="the fourth of July", c="Jul 4th"),
+                Forms("December 24", w="24 December", u="Christmas Eve", c="Dec 24th"),
+                Forms("August 12", w="12 August", u="the 12th of August", c="Aug 12th")],
+        "time": [Forms("6 pm", w="6:00 PM", u="18:00", c="six in the evening"),
+                 Forms("7:30 am", w="7:30 AM", u="07:30", c="half past seven in the morning"),
+                 Forms("6 am", w="6:00 AM", u="06:00", c="6 a.m."),
+                 Forms("10 pm", w="10:00 PM", u="22:00", c="ten at night")],
+    },
+    "scope": ["with a pet", "for a business trip", "with a wheelchair", "on a budget"],
+    "intents": [
+        {"e": "place", "n": "guests", "p": ["Can I book a room in {e} for {n} guests?",
+                                            "Is there a hotel room in {e:lc} for {n:w} people?",
+                                            "Can I reserve a {e:up} room for {n:u} guests?",
+                                            "Do you have a room in {e} that sleeps {n:w}?"],
+         "neg": "Why can't I book a room in {e} for {n} guests?"},
+        {"e": "place", "n": "dist", "p": ["Is there a hotel within {n} of {e} airport?",
+                                          "Any hotels less than {n:w} from the {e:lc} airport?",
+                                          "Can I find a hotel {n:u} or closer to {e:poss} airport?",
+                                          "Which hotels are within {n:c} of the {e:up} airport?"],
+         "neg": "Is there no hotel within {n} of {e} airport?"},
+        {"e": "place", "n": "weight", "p": ["Can I check a {n} bag on my flight to {e}?",
+                                            "Is a {n:w} suitcase allowed on the flight to {e:lc}?",
+                                            "Can my checked bag weigh {n:u} on the {e:up} flight?",
+                                            "Is {n:c} okay for checked luggage flying to {e}?"],
+         "neg": "Why can't I check a {n} bag on my flight to {e}?"},
+        {"e": "place", "n": "nights", "p": ["How much is a {n}-night stay in {e}?",
+                                            "What does {n:w} nights in {e:lc} cost?",
+                                            "What's the price of {n:u} nights at a hotel in {e:up}?",
+                                            "How much would staying {n:w} nights in {e} be?"],
+         "neg": "How much is a {n}-night stay in {e} without breakfast?"},
+        {"e": "place", "d": "day", "p": ["Are there flights to {e} on {d}?", "Can I fly to {e:lc} on {d:w}?",
+                                         "Is there a flight to {e:up} on {d:u}?", "Any flights going to {e} on {d:c}?"],
+         "neg": "Are there no flights to {e} on {d}?"},
+        {"e": "place", "d": "time", "p": ["Is there a train to {e} at {d}?", "Does a train leave for {e:lc} at {d:w}?",
+                                          "Can I catch a {d:u} train to {e:up}?",
+                                          "Is there a train going to {e} at {d:c}?"],
+         "neg": "Is there no train to {e} at {d}?"},
+        {"e": "place", "p": ["What's the weather like in {e} in spring?", "How is the spring weather in {e:lc}?",
+                             "What is {e:poss} weather like in spring?", "How's the weather in {e:up} in the spring?"],
+         "neg": "What's the weather like in {e} in autumn?"},
+        {"e": "place", "p": ["How do I cancel my {e} hotel booking?", "How can I cancel the {e:lc} hotel reservation?",
+                             "What's the way to cancel my hotel booking in {e:up}?",
+                             "How to call off {e:poss} hotel booking I made?"],
+         "bare": ["How do I cancel my hotel booking?", "How can I cancel my hotel reservation?"],
+         "neg": "Why can't I cancel my {e} hotel booking?"},
+    ],
+    "conversations": [
+        {"e": "place", "ctx": ["I'm flying to {e} next week.", "I have a trip to {e:lc} coming up.",
+                               "Next week I travel to {e:up}.", "My flight to {e} is next week."],
+         "fu": [["Can I bring a 23 kg bag?", "Can I bring a twenty-three kilogram bag?",
+                 "Can I bring a 23 kilo bag?"],
+                ["Is there a train from the airport at 6 pm?", "Is there a train from the airport at 18:00?",
+                 "Is there a train from the airport at 6:00 PM?"]]},
+    ],
+}
+
+# Families appended after the first set; earlier families never draw from them.
+LATE_FAMILIES = frozenset({"plans", "bookings"})
