@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pion.proxy.quantities import canonical
+
 _CONTRACTIONS = [
     (r"\bcan't\b", "can not"), (r"\bwon't\b", "will not"), (r"\bshan't\b", "shall not"),
     (r"n't\b", " not"), (r"'re\b", " are"), (r"'ve\b", " have"), (r"'ll\b", " will"),
@@ -54,6 +56,7 @@ _ORDINALS = {"first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": 
              "sixth": "6", "seventh": "7", "eighth": "8", "ninth": "9", "tenth": "10",
              "last": "last"}
 _ORDINAL_DIGITS = re.compile(r"^(\d+)(st|nd|rd|th)$")
+_CANONICAL_TIME = re.compile(r"^t\d{4}$")  # quantities.canonical: t2200 is 10 pm / 22:00
 
 _MONTHS = {
     "january": "jan", "jan": "jan", "february": "feb", "feb": "feb", "march": "mar",
@@ -124,8 +127,7 @@ class QuestionFacts:
 
 
 def _tokens(text: str) -> list[str]:
-    text = text.lower().replace("\u2019", "'")
-    text = re.sub(r"(?<=\d),(?=\d{3})", "", text)
+    text = canonical(text)  # one spelling per number, amount, time and date
     for pattern, repl in _CONTRACTIONS:
         text = re.sub(pattern, repl, text)
     return _TOKEN.findall(text)
@@ -160,9 +162,11 @@ def extract(text: str) -> QuestionFacts:
         prev = tokens[i - 1] if i else ""
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
         near_digit = any(c.isdigit() for c in "".join(tokens[max(0, i - 2): i + 3]))
-        if any(c.isdigit() for c in tok):
+        if _CANONICAL_TIME.match(tok):
+            times.add(tok)
+        elif any(c.isdigit() for c in tok):
             m = _ORDINAL_DIGITS.match(tok)
-            numbers.append(m.group(1) if m else tok)
+            numbers.append("#" + m.group(1) if m else tok)
         elif tok in _NUMBER_WORDS:
             numbers.append(_NUMBER_WORDS[tok])
         elif tok in _ORDINALS and not (tok == "last" and nxt in _TIME_WORDS):
@@ -226,12 +230,18 @@ def _antonyms(a: str, b: str) -> bool:
     return False
 
 
+def _value(number: str) -> str:
+    """An ordinal compares as its number: "the 2nd payment" / "payment number 2"."""
+    return number[1:] if number.startswith("#") and number[1:].isdigit() else number
+
+
 def check_structure(query: QuestionFacts, cached: QuestionFacts) -> GuardVerdict:
     """Rules 1-3 only (numbers, dates/times, negation count): the hard checks the learned
     verifier (``verifier.py``) keeps, without the content-word rule it replaces."""
-    if sorted(set(query.numbers)) != sorted(set(cached.numbers)):
+    qn, cn = tuple(_value(n) for n in query.numbers), tuple(_value(n) for n in cached.numbers)
+    if sorted(set(qn)) != sorted(set(cn)):
         return GuardVerdict(False, f"numbers differ: {list(query.numbers)} vs {list(cached.numbers)}")
-    if len(set(query.numbers)) > 1 and _dedup(query.numbers) != _dedup(cached.numbers):
+    if len(set(qn)) > 1 and _dedup(qn) != _dedup(cn):
         return GuardVerdict(False, "numbers in another order")
     if query.times != cached.times:
         return GuardVerdict(False, f"dates/times differ: {sorted(query.times)} vs {sorted(cached.times)}")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from pion.proxy import guard, opposites
+from pion.proxy import guard, opposites, quantities
 from pion.proxy.lexicon import WordNetLexicon
 
 # Refusal reasons, the label values of /metrics and keys of /v1/stats.
@@ -41,6 +41,10 @@ REASONS = ("numbers", "dates", "negation", "entity", "added_words", "swapped_wor
            "low_score", "cross_score")  # low_score: --verifier learned (learned_verifier.py);
 # cross_score: the cross-encoder of --verifier cross (cross_verifier.py)
 
+_POSSESSIVE = re.compile(r"'s$|s'$")
+_NAMED_SEASON = re.compile(r"\b([A-Z][a-zA-Z]+) (Spring|Summer|Autumn|Fall|Winter)\b")
+_ACRONYM = re.compile(r"\b[A-Z]{2,}\b")
+_NOT_ACRONYMS = frozenset({"AM", "PM", "OK", "I"})
 _CAPITALISED = re.compile(r"(?<![.?!]\s)(?<!^)\b([A-Z][a-zA-Z0-9'&.-]*[a-z][a-zA-Z0-9'&-]*)")
 _SOFT_TIMES = frozenset({"now", "currently"})
 _ONE_COMPOUND = re.compile(r"\bone-\w", re.IGNORECASE)  # one-way, one-time: a real number
@@ -85,8 +89,44 @@ class Alignment:
 
 
 def _entities(text: str) -> set[str]:
-    return {m.group(1).lower().rstrip(".'") for m in _CAPITALISED.finditer(text.strip())
-            if m.group(1) not in _NOT_ENTITIES}
+    """Capitalised names, lower-cased, possessive dropped ("Lisbon's" -> "lisbon")."""
+    names = {_POSSESSIVE.sub("", m.group(1).lower().replace("\u2019", "'")).rstrip(".'")
+             for m in _CAPITALISED.finditer(text.strip()) if m.group(1) not in _NOT_ENTITIES}
+    return names | _acronyms(text)
+
+
+def _acronyms(text: str) -> set[str]:
+    """All-capital words (NYC, SF, LISBON), lower-cased; not units or am/pm (TB, USD, PM),
+    which ``quantities.canonical`` compares as amounts and times."""
+    return {w.lower() for w in _ACRONYM.findall(text)
+            if w.lower() not in quantities.UNIT_NAMES and w not in _NOT_ACRONYMS}
+
+
+def _joined_names(text: str) -> str:
+    """"Mail Spring" -> "MailSpring" for the fact checks: a season word inside a capitalised
+    name is part of the name, not a date ("Mail Spring" vs "MailSpring")."""
+    return _NAMED_SEASON.sub(r"\1\2", text)
+
+
+def _squashed(text: str) -> str:
+    """Lower case without spaces, hyphens or apostrophes: "Mail Spring" finds "MailSpring"."""
+    return re.sub(r"[\s'\u2019-]+", "", text.lower())
+
+
+def _name_found(name: str, other: str) -> bool:
+    """The name is written in ``other`` too, in any case, spacing or possessive."""
+    return name in other.lower() or (len(name) >= 4 and _squashed(name) in _squashed(other))
+
+
+def _name_as_modifier(name: str, text: str, other: str) -> bool:
+    """``text`` names what ``other`` calls "my/the <noun>": "my Lisbon hotel booking" vs "my
+    hotel booking", "CloudNest's account" vs "my account". A name elsewhere ("... on
+    Android", "in Lisbon") is a scope of its own and still refuses."""
+    for m in re.finditer(rf"\b{re.escape(name)}(?:'s|\u2019s)?\s+([a-z]+)", text, re.IGNORECASE):
+        head = m.group(1).lower()
+        if re.search(rf"\b(?:my|the|our|your) {re.escape(head)}\b", other, re.IGNORECASE):
+            return True
+    return False
 
 
 def _without_soft_facts(q: guard.QuestionFacts, c: guard.QuestionFacts,
@@ -144,7 +184,8 @@ class Verifier:
     def hard_check(self, query: str, cached: str) -> Verdict:
         """The gates that refuse outright: numbers, dates, negation/antonyms, named entities."""
         hard_one = bool(_ONE_COMPOUND.search(query) or _ONE_COMPOUND.search(cached))
-        structure = guard.check_structure(*_without_soft_facts(guard.extract(query), guard.extract(cached),
+        structure = guard.check_structure(*_without_soft_facts(guard.extract(_joined_names(query)),
+                                                               guard.extract(_joined_names(cached)),
                                                                hard_one))
         if not structure.ok:
             reason = ("numbers" if structure.reason.startswith("numbers") else
@@ -168,11 +209,13 @@ class Verifier:
         if dq and dc and dq != dc and set(dq) == set(dc):
             return Verdict(False, "negation", f"direction differs: {dq[0]} -> {dq[1]} vs {dc[0]} -> {dc[1]}")
         eq, ec = _entities(query), _entities(cached)
-        if eq != ec:
-            missing = sorted((eq - ec) | (ec - eq))
-            lowered_q, lowered_c = query.lower(), cached.lower()
-            if any(not (e in lowered_q and e in lowered_c) for e in missing):
-                return Verdict(False, "entity", f"names differ: {sorted(eq)} vs {sorted(ec)}")
+        only_q = [e for e in eq - ec if not _name_found(e, cached)]
+        only_c = [e for e in ec - eq if not _name_found(e, query)]
+        if only_q and only_c:
+            return Verdict(False, "entity", f"names differ: {sorted(eq)} vs {sorted(ec)}")
+        one_sided, text, other = (only_q, query, cached) if only_q else (only_c, cached, query)
+        if one_sided and not all(_name_as_modifier(e, text, other) for e in one_sided):
+            return Verdict(False, "entity", f"names differ: {sorted(eq)} vs {sorted(ec)}")
         return Verdict(True)
 
     def align(self, query: str, cached: str) -> Alignment:

@@ -1,0 +1,241 @@
+"""One spelling per fact, so the L1 hard checks compare facts rather than spellings.
+
+On new domains the guard read "5 km" / "five kilometres" / "5000 metres", "10 pm" /
+"22:00", "July 14" / "the 14th of July" as different facts and refused the paraphrase
+(issue 18: 115 of 342 held-out paraphrases were refused by the number, date and name
+gates). ``canonical`` rewrites the lower-cased question so that every spelling of one
+fact becomes one token the guard's tokenizer keeps whole:
+
+  * number words -> digits ("twenty-three" -> 23, "half a dozen" -> 6, "a couple of" -> 2),
+    ordinal words -> digit ordinals ("third" -> 3rd; "second" only after the/my/...);
+  * an amount with a unit -> the amount in one base unit, unit first so the token stays
+    whole: bytes (decimal: 1 TB = 1000 GB), grams, metres, seconds, and money per
+    currency ("$20", "20 dollars", "USD 20" -> usd20). Units of another kind never meet:
+    "23 lb" (g10432.6) is not "23 kg" (g23000), "5 miles" is not "5 km";
+  * a time of day -> t + 24-hour HHMM ("10 pm", "10:00 PM", "22:00", "ten at night");
+  * a day of a month -> "<mon> <day>" ("July 14", "14 July", "the 14th of July", "Jul 14th"
+    -> "jul 14", which the guard reads as the month and the number it always did; ISO
+    "2026-07-14" keeps its year as a separate number; a few fixed holidays).
+
+Deliberately not converted (a refused hit costs one backend call, a wrong one serves
+another fact): numeric dates such as 3/4 (US and European readings differ), 1024-based
+storage, vague amounts ("a few"), "pounds" as money (read as weight), names of places
+and products (``verifier.py`` compares those). A hand table rather than ``pint`` /
+``dateparser``: the units people put in support questions fit in a screen, lookups stay
+in microseconds, and pion-serve gains no dependency (pint's registry takes ~1 s to load).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from fractions import Fraction
+
+_UNITS_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
+    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "nineteen": 19,
+}
+_TENS_WORDS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
+               "eighty": 80, "ninety": 90}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
+_ORDINAL_WORDS = {
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
+    "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13,
+    "fourteenth": 14, "fifteenth": 15, "sixteenth": 16, "seventeenth": 17, "eighteenth": 18,
+    "nineteenth": 19, "twentieth": 20, "thirtieth": 30,
+}
+_NUM_WORD = "|".join(sorted([*_UNITS_WORDS, *_TENS_WORDS, *_SCALES], key=len, reverse=True))
+_NUM_RUN = re.compile(rf"\b(?:{_NUM_WORD})(?:(?:[ -]|[ ]and[ ])(?:{_NUM_WORD}))*\b")
+_ORD_RUN = re.compile(rf"\b(?:(?:{'|'.join(_TENS_WORDS)})[ -])?(?:{'|'.join(_ORDINAL_WORDS)})\b")
+_DETERMINERS = frozenset({"the", "my", "your", "his", "her", "our", "their", "its"})
+
+# unit word -> (base-unit tag, factor to the base unit)
+_UNIT_TABLE: dict[str, tuple[str, Fraction]] = {}
+for _names, _tag, _factor in (
+    (("tb", "terabyte", "terabytes"), "b", Fraction(10**12)),
+    (("gb", "gig", "gigs", "gigabyte", "gigabytes"), "b", Fraction(10**9)),
+    (("mb", "megabyte", "megabytes"), "b", Fraction(10**6)),
+    (("kb", "kilobyte", "kilobytes"), "b", Fraction(10**3)),
+    (("kg", "kgs", "kilo", "kilos", "kilogram", "kilograms", "kilogramme", "kilogrammes"), "g", Fraction(1000)),
+    (("g", "gram", "grams", "gramme", "grammes"), "g", Fraction(1)),
+    (("lb", "lbs", "pound", "pounds"), "g", Fraction("453.59237")),
+    (("oz", "ounce", "ounces"), "g", Fraction("28.349523125")),
+    (("km", "kms", "kilometre", "kilometres", "kilometer", "kilometers"), "m", Fraction(1000)),
+    (("m", "metre", "metres", "meter", "meters"), "m", Fraction(1)),
+    (("cm", "centimetre", "centimetres", "centimeter", "centimeters"), "m", Fraction(1, 100)),
+    (("mi", "mile", "miles"), "m", Fraction("1609.344")),
+    (("ft", "foot", "feet"), "m", Fraction("0.3048")),
+    (("sec", "secs", "second", "seconds"), "s", Fraction(1)),
+    (("min", "mins", "minute", "minutes"), "s", Fraction(60)),
+    (("hr", "hrs", "hour", "hours"), "s", Fraction(3600)),
+    (("day", "days"), "s", Fraction(86400)),
+    (("week", "weeks"), "s", Fraction(7 * 86400)),
+    (("dollar", "dollars", "usd", "bucks"), "usd", Fraction(1)),
+    (("euro", "euros", "eur"), "eur", Fraction(1)),
+    (("gbp", "quid"), "gbp", Fraction(1)),
+):
+    for _name in _names:
+        _UNIT_TABLE[_name] = (_tag, _factor)
+_UNIT_NAMES = "|".join(sorted(_UNIT_TABLE, key=len, reverse=True))
+UNIT_NAMES = frozenset(_UNIT_TABLE)  # for verifier.py: "TB" / "USD" are units, not names
+# "a kilo", "an hour": one of a unit; not "a week"/"a day" (a time span) nor one-letter units
+_A_UNIT = re.compile(r"\ban? (?=(?:%s)\b)" % "|".join(
+    sorted((u for u in _UNIT_TABLE if len(u) > 2 and u not in ("day", "days", "week", "weeks", "second")),
+           key=len, reverse=True)))
+_NUMBER = r"\d+(?:\.\d+)?"
+_AMOUNT_UNIT = re.compile(rf"\b({_NUMBER})[ -]?({_UNIT_NAMES})\b")
+_CURRENCY_FIRST = re.compile(rf"(?:([$€£])\s?|\b(usd|eur|gbp)\s)({_NUMBER})\b")
+_SYMBOL_TAG = {"$": "usd", "€": "eur", "£": "gbp", "usd": "usd", "eur": "eur", "gbp": "gbp"}
+
+_MONTHS = {"january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "mar": 3, "april": 4,
+           "apr": 4, "may": 5, "june": 6, "jun": 6, "july": 7, "jul": 7, "august": 8, "aug": 8,
+           "september": 9, "sept": 9, "sep": 9, "october": 10, "oct": 10, "november": 11,
+           "nov": 11, "december": 12, "dec": 12}
+_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_MONTH_DAY = re.compile(rf"\b({_MONTH})\.? (?:the )?{_DAY}\b")
+_DAY_MONTH = re.compile(rf"\b(?:the )?{_DAY} (?:of )?({_MONTH})\b")
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_MONTH_ABBR = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_HOLIDAYS = [(re.compile(r"\bchristmas eve\b"), (12, 24)), (re.compile(r"\bchristmas(?: day)?\b"), (12, 25)),
+             (re.compile(r"\bnew year'?s eve\b"), (12, 31)), (re.compile(r"\bnew year'?s(?: day)?\b"), (1, 1)),
+             (re.compile(r"\bhalloween\b"), (10, 31)), (re.compile(r"\bvalentine'?s(?: day)?\b"), (2, 14))]
+
+_MERIDIEM = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s?([ap])\.?m\b\.?")
+_PART_OF_DAY = re.compile(
+    r"\b(?:(half|quarter) (past|to) )?(\d{1,2})(?::(\d{2}))?(?: o'?clock)? "
+    r"(in the morning|in the afternoon|in the evening|at night|tonight)\b")
+_CLOCK_24 = re.compile(r"\b([01]?\d|2[0-3]):([0-5]\d)\b")
+_NOON = re.compile(r"\b(?:noon|midday)\b")
+_MIDNIGHT = re.compile(r"\bmidnight\b")
+
+
+def _words_value(words: list[str]) -> int | None:
+    """Value of a run of number words ("two hundred and five" -> 205), None if not one number."""
+    total, current, last = 0, 0, ""
+    for w in words:
+        if w == "and":
+            continue
+        if w in _UNITS_WORDS:
+            if last in _UNITS_WORDS or (last in _TENS_WORDS and current % 10):
+                return None  # "two three" is two numbers
+            current += _UNITS_WORDS[w]
+        elif w in _TENS_WORDS:
+            if last in _UNITS_WORDS or last in _TENS_WORDS:
+                return None
+            current += _TENS_WORDS[w]
+        else:
+            scale = _SCALES[w]
+            current = max(current, 1) * scale
+            if scale >= 1000:
+                total, current = total + current, 0
+        last = w
+    return total + current
+
+
+def _number_words(text: str) -> str:
+    text = re.sub(r"\bhalf a dozen\b", "6", text)
+    text = re.sub(r"\ba dozen\b", "12", text)
+    text = re.sub(r"\ba couple of\b", "2", text)
+    text = re.sub(rf"\bhalf an? (?=(?:{_UNIT_NAMES})\b)", "0.5 ", text)
+    text = _A_UNIT.sub("1 ", text)
+
+    def ordinal(m: re.Match[str]) -> str:
+        words = re.split(r"[ -]", m.group(0))
+        value = sum(_TENS_WORDS.get(w, 0) for w in words[:-1]) + _ORDINAL_WORDS[words[-1]]
+        if words == ["second"]:
+            before = text[: m.start()].split()[-1:] or [""]
+            after = text[m.end():].split()[:1] or [""]
+            if before[0] not in _DETERMINERS and after[0] != "of":
+                return m.group(0)  # "wait a second": the time unit
+        suffix = {1: "st", 2: "nd", 3: "rd"}.get(value % 10 if value % 100 not in (11, 12, 13) else 0, "th")
+        return f"{value}{suffix}"
+
+    text = _ORD_RUN.sub(ordinal, text)
+
+    def cardinal(m: re.Match[str]) -> str:
+        value = _words_value(re.split(r"[ -]", m.group(0).replace(" and ", " ")))
+        return m.group(0) if value is None else str(value)
+
+    return _NUM_RUN.sub(cardinal, text)
+
+
+def _fmt(value: Fraction) -> str:
+    if value.denominator == 1:
+        return str(value.numerator)
+    text = format(Decimal(value.numerator) / Decimal(value.denominator), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _amounts(text: str) -> str:
+    def with_unit(m: re.Match[str]) -> str:
+        tag, factor = _UNIT_TABLE[m.group(2)]
+        if tag == "s" and m.group(2) in ("day", "days", "week", "weeks") and "." in m.group(1):
+            return m.group(0)
+        return f"{tag}{_fmt(Fraction(m.group(1)) * factor)}"
+
+    def currency(m: re.Match[str]) -> str:
+        return f"{_SYMBOL_TAG[m.group(1) or m.group(2)]}{_fmt(Fraction(m.group(3)))}"
+
+    text = _CURRENCY_FIRST.sub(currency, text)
+    return _AMOUNT_UNIT.sub(with_unit, text)
+
+
+def _clock(hour: int, minute: int) -> str:
+    return f" t{hour:02d}{minute:02d} "
+
+
+def _times(text: str) -> str:
+    def meridiem(m: re.Match[str]) -> str:
+        hour, minute = int(m.group(1)), int(m.group(2) or 0)
+        if not 1 <= hour <= 12:
+            return m.group(0)
+        return _clock(hour % 12 + (12 if m.group(3) == "p" else 0), minute)
+
+    def part_of_day(m: re.Match[str]) -> str:
+        hour, minute = int(m.group(3)), int(m.group(4) or 0)
+        if not 1 <= hour <= 12:
+            return m.group(0)
+        if m.group(1):
+            minute = 30 if m.group(1) == "half" else 15
+            if m.group(2) == "to":
+                hour, minute = hour - 1, 60 - minute
+        part = m.group(5)
+        pm = part in ("in the afternoon", "in the evening", "tonight") or (part == "at night" and hour >= 6)
+        return _clock(hour % 12 + (12 if pm else 0), minute)
+
+    text = _PART_OF_DAY.sub(part_of_day, text)
+    text = _MERIDIEM.sub(meridiem, text)
+    text = _CLOCK_24.sub(lambda m: _clock(int(m.group(1)), int(m.group(2))), text)
+    text = _NOON.sub(_clock(12, 0), text)
+    return _MIDNIGHT.sub(_clock(0, 0), text)
+
+
+def _dates(text: str) -> str:
+    def day_token(month: str | int, day: str) -> str | None:
+        d, number = int(day), month if isinstance(month, int) else _MONTHS[month]
+        return f" {_MONTH_ABBR[number - 1]} {d} " if 1 <= d <= 31 and 1 <= number <= 12 else None
+
+    def iso(m: re.Match[str]) -> str:
+        day = day_token(int(m.group(2)), m.group(3))
+        return m.group(0) if day is None else f"{day}{m.group(1)}"
+
+    text = _ISO_DATE.sub(iso, text)
+    for pattern, (month, day) in _HOLIDAYS:
+        text = pattern.sub(day_token(month, str(day)) or "", text)
+
+    text = _MONTH_DAY.sub(lambda m: day_token(m.group(1), m.group(2)) or m.group(0), text)
+    return _DAY_MONTH.sub(lambda m: day_token(m.group(2), m.group(1)) or m.group(0), text)
+
+
+def canonical(text: str) -> str:
+    """``text`` lower-cased with every number, amount, time and date in one spelling (see
+    the module docstring); other words are left as they are."""
+    text = text.lower().replace("\u2019", "'")
+    text = re.sub(r"(?<=\d),(?=\d{3})", "", text)
+    text = _number_words(text)
+    text = _dates(text)
+    text = _times(text)
+    return re.sub(r" {2,}", " ", _amounts(text)).strip()
