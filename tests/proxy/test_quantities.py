@@ -125,3 +125,17 @@ def test_a_name_in_another_case_spacing_or_possessive_or_left_implicit_passes(ca
 def test_another_name_or_a_name_that_adds_a_scope_is_still_refused(cached: str, query: str) -> None:
     verdict = Verifier().hard_check(query, cached)
     assert (verdict.ok, verdict.reason) == (False, "entity")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Is Lisbon cold in springtime?", "is lisbon cold in spring?"),
+    ("What is it like in the fall?", "what is it like in the autumn?"),
+    ("Will prices fall?", "will prices fall?"),
+])
+def test_a_season_is_one_word_whatever_its_spelling(text: str, expected: str) -> None:
+    assert canonical(text) == expected
+
+
+def test_a_season_inside_a_product_name_is_not_a_date() -> None:
+    assert Verifier().hard_check("How do I delete my Mail Spring account?",
+                                 "How do I delete my MailSpring account?").ok is True

@@ -13,6 +13,7 @@ fact becomes one token the guard's tokenizer keeps whole:
     currency ("$20", "20 dollars", "USD 20" -> usd20). Units of another kind never meet:
     "23 lb" (g10432.6) is not "23 kg" (g23000), "5 miles" is not "5 km";
   * a time of day -> t + 24-hour HHMM ("10 pm", "10:00 PM", "22:00", "ten at night");
+  * seasons: "springtime" -> spring, "(in/this/next) fall" -> autumn;
   * a day of a month -> "<mon> <day>" ("July 14", "14 July", "the 14th of July", "Jul 14th"
     -> "jul 14", which the guard reads as the month and the number it always did; ISO
     "2026-07-14" keeps its year as a separate number; a few fixed holidays).
@@ -103,6 +104,8 @@ _HOLIDAYS = [(re.compile(r"\bchristmas eve\b"), (12, 24)), (re.compile(r"\bchris
              (re.compile(r"\bnew year'?s eve\b"), (12, 31)), (re.compile(r"\bnew year'?s(?: day)?\b"), (1, 1)),
              (re.compile(r"\bhalloween\b"), (10, 31)), (re.compile(r"\bvalentine'?s(?: day)?\b"), (2, 14))]
 
+_SEASON_TIME = re.compile(r"\b(spring|summer|winter)time\b")
+_FALL = re.compile(r"(?<=\bin )fall\b|(?<=\bthe )fall\b|(?<=\bthis )fall\b|(?<=\bnext )fall\b|(?<=\blast )fall\b")
 _MERIDIEM = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s?([ap])\.?m\b\.?")
 _PART_OF_DAY = re.compile(
     r"\b(?:(half|quarter) (past|to) )?(\d{1,2})(?::(\d{2}))?(?: o'?clock)? "
@@ -235,6 +238,8 @@ def canonical(text: str) -> str:
     the module docstring); other words are left as they are."""
     text = text.lower().replace("\u2019", "'")
     text = re.sub(r"(?<=\d),(?=\d{3})", "", text)
+    text = _SEASON_TIME.sub(r"\1", text)  # springtime -> spring
+    text = _FALL.sub("autumn", text)
     text = _number_words(text)
     text = _dates(text)
     text = _times(text)
