@@ -64,6 +64,9 @@ CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_conversations.jsonl"
 # never saw the verifiers. Read only when scored (``--splits test2``), never by a tuning view.
 TEST2_PAIRS = ROOT / "benchmarks" / "data" / "semantic_eval_test2_pairs.jsonl"
 TEST2_CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_test2_conversations.jsonl"
+# A third held-out split (fifth round), likewise read only when ``--splits test3`` names it.
+TEST3_PAIRS = ROOT / "benchmarks" / "data" / "semantic_eval_test3_pairs.jsonl"
+TEST3_CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_test3_conversations.jsonl"
 SHOULD_HIT = "paraphrase"
 OLD_THRESHOLD = ServeConfig().cache_threshold  # pion-serve's default, 0.85
 ALIGNED_THRESHOLD = 0.8  # the candidate floor --fit chose for --verifier aligned (train+dev)
@@ -87,13 +90,17 @@ class Item:
         return self.category == SHOULD_HIT
 
 
-def load_items(test2: bool = False) -> list[Item]:
-    """The train/dev/test items; with ``test2`` also the second held-out split (scoring only)."""
+def load_items(test2: bool = False, test3: bool = False) -> list[Item]:
+    """The train/dev/test items; with ``test2`` / ``test3`` also those held-out splits
+    (scoring only)."""
     items: list[Item] = []
     pair_files, conv_files = [PAIRS], [CONVS]
     if test2:
         pair_files.append(TEST2_PAIRS)
         conv_files.append(TEST2_CONVS)
+    if test3:
+        pair_files.append(TEST3_PAIRS)
+        conv_files.append(TEST3_CONVS)
     pair_lines = [line for f in pair_files for line in f.read_text().splitlines() if line.strip()]
     conv_lines = [line for f in conv_files for line in f.read_text().splitlines() if line.strip()]
     for line in pair_lines:
@@ -290,6 +297,27 @@ def learned_latency(items: list[Item], learned: LearnedVerifier) -> None:
           f"p99 {float(np.percentile(times, 99)):.1f} ms over {len(times)} items")
 
 
+def refusal_counts(items: list[Item], served: Any, cross: CrossVerifier, splits: list[str]) -> None:
+    """Why the cross verifier refused each split's should-hit items: counts of reasons by
+    stage (hard checks, floor, learned, cross), never the items themselves."""
+    for split in splits:
+        for kind in ("pair", "conversation"):
+            counts: dict[str, int] = {}
+            total = 0
+            for it, ok in zip(items, served, strict=True):
+                if it.split != split or it.kind != kind or not it.hit:
+                    continue
+                total += 1
+                if ok:
+                    continue
+                v = cross.check(it.b, it.a, it.cos)
+                key = ("served by check()" if v.ok else "floor" if v.detail.startswith("cosine")
+                       else f"{v.stage}:{v.reason}")
+                counts[key] = counts.get(key, 0) + 1
+            print(f"refused should-hit {split} {kind}s ({total}): "
+                  + ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fit", action="store_true", help="refit on train/dev and print the parameters")
@@ -297,17 +325,20 @@ def main() -> None:
     parser.add_argument("--learned-plot", type=Path, default=ROOT / "docs" / "img" / "semantic_l1_learned_sweep.png")
     parser.add_argument("--show-failures", choices=["train", "dev", "test", "test2"],
                         help="of --verifier cross (the last column)")
-    parser.add_argument("--splits", nargs="+", choices=["train", "dev", "test", "test2"],
+    parser.add_argument("--reasons", action="store_true",
+                        help="count (never print) why --verifier cross refused the should-hit items, per split")
+    parser.add_argument("--splits", nargs="+", choices=["train", "dev", "test", "test2", "test3"],
                         default=["train", "dev", "test"],
                         help="score only these splits (while tuning: train dev, so test is never read; "
-                             "the plots need test; test2 is read only when named here)")
+                             "the plots need test; test2 and test3 are read only when named here)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     verifier = Verifier()
     t0 = time.perf_counter()
     verifier.load()
     print(f"WordNet loaded in {time.perf_counter() - t0:.2f} s")
-    items = [it for it in load_items(test2="test2" in args.splits) if it.split in args.splits]
+    items = [it for it in load_items(test2="test2" in args.splits, test3="test3" in args.splits)
+             if it.split in args.splits]
     embed_all(items)
     for it in items:
         it.guard_ok = guard.check(it.b, it.a).ok
@@ -339,6 +370,8 @@ def main() -> None:
         table(items, served, split)
     verify_latency(items, verifier)
     learned_latency(items, learned)
+    if args.reasons:
+        refusal_counts(items, list(served.values())[-1], cross, args.splits)
     if args.show_failures:
         now = list(served.values())[-1]
         for it, ok in zip(items, now, strict=True):

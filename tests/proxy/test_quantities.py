@@ -139,3 +139,24 @@ def test_a_season_is_one_word_whatever_its_spelling(text: str, expected: str) ->
 def test_a_season_inside_a_product_name_is_not_a_date() -> None:
     assert Verifier().hard_check("How do I delete my Mail Spring account?",
                                  "How do I delete my MailSpring account?").ok is True
+
+
+@pytest.fixture(scope="module")
+def wordnet_verifier() -> Verifier:
+    verifier = Verifier()
+    assert verifier.load() is True
+    return verifier
+
+
+@pytest.mark.parametrize(("cached", "query"), [
+    ("How do I enable cruise control in my car?", "How to activate cruise control in my car?"),
+    ("How do I increase my grade in calculus?", "How can I improve my grade in calculus?"),
+])
+def test_two_verbs_under_one_parent_are_a_rewording_not_alternatives(
+        wordnet_verifier: Verifier, cached: str, query: str) -> None:
+    assert wordnet_verifier.hard_check(query, cached).ok is True
+
+
+def test_two_nouns_under_one_parent_are_still_alternatives(wordnet_verifier: Verifier) -> None:
+    verdict = wordnet_verifier.hard_check("What is the capital of Germany?", "What is the capital of France?")
+    assert (verdict.ok, verdict.reason, verdict.detail) == (False, "entity", "alternatives: germany vs france")
