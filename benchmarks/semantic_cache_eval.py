@@ -1,7 +1,7 @@
 """Does the L1 cache serve the paraphrases it should, and no wrong answers? (issue 18)
 
-Data: ``benchmarks/data/semantic_eval_pairs.jsonl`` (2,092 question pairs) and
-``semantic_eval_conversations.jsonl`` (280 conversation pairs), made by
+Data: ``benchmarks/data/semantic_eval_pairs.jsonl`` (2,450 question pairs) and
+``semantic_eval_conversations.jsonl`` (320 conversation pairs), made by
 ``make_semantic_eval_set.py`` and split train/dev/test by domain family before tuning.
 Each item is (cached request ``a``, new request ``b``); ``paraphrase`` items should be
 served, every other category is a trap.
@@ -20,7 +20,9 @@ Policies compared on the same embeddings (all-MiniLM-L6-v2, as pion-server uses)
 
 A second held-out split, ``test2`` (new domains, written without seeing the verifiers:
 ``semantic_eval_test2_*.jsonl``), is read only when ``--splits`` names it; the default
-and every tuning view leave it unread.
+and every tuning view leave it unread. So is ``test3`` (``semantic_eval_test3_*.jsonl``,
+fifth round). ``--reasons`` counts why the cross verifier refused each split's should-hit
+items (counts only, never the items).
 
     python benchmarks/semantic_cache_eval.py            # report train/dev/test, write the sweep PNG
     python benchmarks/semantic_cache_eval.py --splits test test2   # score the held-out splits
