@@ -10,8 +10,9 @@ import pytest
 
 from support.fake_backends import FakeBackend
 from support.procs import ServerProcess
-from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_embedder
-from test_l1_verifier_e2e import ask, metric, verdicts, wait_for_verifier
+from support.proxy_procs import ProxyProcess
+from support.verifier_e2e import (ask, check_refused_and_counted, check_reworded_question_served, verdicts,
+                                  verifier_proxy)
 
 from pion.proxy.cross_encoder import read_meta
 
@@ -21,14 +22,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def crossed(shared_pion_server: ServerProcess, fake_openai: FakeBackend,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
-    p = start_proxy(tmp_path_factory.mktemp("cross"), "--backend", "vllm", "--backend-url", fake_openai.url,
-                    "--verifier", "cross", "--cache-threshold", str(read_meta().floor), *pion_args(shared_pion_server))
-    try:
-        wait_for_embedder(p)
-        wait_for_verifier(p)
+    with verifier_proxy(tmp_path_factory.mktemp("cross"), fake_openai, shared_pion_server,
+                        "--verifier", "cross", "--cache-threshold", str(read_meta().floor)) as p:
         yield p
-    finally:
-        p.stop()
 
 
 def test_stats_name_the_cross_verifier_once_it_is_loaded(crossed: ProxyProcess) -> None:
@@ -36,21 +32,14 @@ def test_stats_name_the_cross_verifier_once_it_is_loaded(crossed: ProxyProcess) 
 
 
 def test_a_reworded_question_is_served_by_the_cross_verifier(crossed: ProxyProcess) -> None:
-    first, h1 = ask(crossed, "e2e cross reworded", "How can I change the email address on my Quorbit account?")
-    served_before = verdicts(crossed)["served"]
-    second, h2 = ask(crossed, "e2e cross reworded", "How do I update my Quorbit account's email address?")
-    assert (h1, h2, second) == ("MISS", "HIT", first)
-    assert verdicts(crossed)["served"] == served_before + 1
+    check_reworded_question_served(crossed, "e2e cross reworded",
+                                   "How can I change the email address on my Quorbit account?",
+                                   "How do I update my Quorbit account's email address?")
 
 
 def test_an_added_scope_is_refused_by_the_cross_encoder_and_counted(crossed: ProxyProcess) -> None:
-    line = 'pion_serve_l1_verdicts_total{outcome="refused_by_verifier",reason="cross_score"}'
-    before, m_before = verdicts(crossed)["refused_by_verifier"]["cross_score"], metric(crossed, line)
-    ask(crossed, "e2e cross scope", "How do I delete my Quorbit account?")
-    answer, header = ask(crossed, "e2e cross scope", "How do I delete my Quorbit account from the mobile app?")
-    assert (header, answer.endswith("How do I delete my Quorbit account from the mobile app?")) == ("MISS", True)
-    assert (verdicts(crossed)["refused_by_verifier"]["cross_score"], metric(crossed, line)) == \
-        (before + 1, m_before + 1)
+    check_refused_and_counted(crossed, "e2e cross scope", "How do I delete my Quorbit account?",
+                              "How do I delete my Quorbit account from the mobile app?", "cross_score")
 
 
 def test_a_different_order_number_is_refused_by_the_hard_checks(crossed: ProxyProcess) -> None:

@@ -7,16 +7,14 @@ and the aligned verifier loads WordNet, hence ``slow``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from typing import Any
 
-import httpx
 import pytest
 
 from support.fake_backends import FakeBackend
 from support.procs import ServerProcess
-from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_embedder
+from support.proxy_procs import ProxyProcess
+from support.verifier_e2e import ask, check_reworded_question_served, metric, verdicts, verifier_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -24,68 +22,21 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def aligned(shared_pion_server: ServerProcess, fake_openai: FakeBackend,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
-    p = start_proxy(tmp_path_factory.mktemp("aligned"), "--backend", "vllm", "--backend-url", fake_openai.url,
-                    "--verifier", "aligned", "--cache-threshold", "0.8", *pion_args(shared_pion_server))
-    try:
-        wait_for_embedder(p)
-        wait_for_verifier(p)
+    with verifier_proxy(tmp_path_factory.mktemp("aligned"), fake_openai, shared_pion_server,
+                        "--verifier", "aligned", "--cache-threshold", "0.8") as p:
         yield p
-    finally:
-        p.stop()
-
-
-def wait_for_verifier(proxy: ProxyProcess, timeout_s: float = 120.0) -> None:
-    """Until WordNet is loaded the guard decides; wait so the aligned verifier is tested."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proxy.stats()["l1_verdicts"]["verifier_ready"] is True:
-            return
-        time.sleep(0.2)
-    raise RuntimeError("pion-serve never loaded WordNet")
 
 
 @pytest.fixture(scope="module")
 def guarded(shared_pion_server: ServerProcess, fake_openai: FakeBackend,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
-    p = start_proxy(tmp_path_factory.mktemp("guarded"), "--backend", "vllm", "--backend-url", fake_openai.url,
-                    *pion_args(shared_pion_server))
-    try:
-        wait_for_embedder(p)
+    with verifier_proxy(tmp_path_factory.mktemp("guarded"), fake_openai, shared_pion_server) as p:
         yield p
-    finally:
-        p.stop()
-
-
-def chat(proxy: ProxyProcess, messages: list[dict[str, Any]]) -> tuple[str, str]:
-    """(answer, X-Pion-Cache) for one non-streaming request."""
-    raw = proxy.openai().chat.completions.with_raw_response.create(model="fake-model", messages=messages)
-    return raw.parse().choices[0].message.content or "", raw.headers["x-pion-cache"]
-
-
-def ask(proxy: ProxyProcess, system: str, *user_turns: str) -> tuple[str, str]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    for turn in user_turns[:-1]:
-        messages += [{"role": "user", "content": turn}, {"role": "assistant", "content": "Okay."}]
-    return chat(proxy, [*messages, {"role": "user", "content": user_turns[-1]}])
-
-
-def verdicts(proxy: ProxyProcess) -> dict[str, Any]:
-    return proxy.stats()["l1_verdicts"]
-
-
-def metric(proxy: ProxyProcess, line_start: str) -> float:
-    for line in httpx.get(proxy.url + "/metrics").text.splitlines():
-        if line.startswith(line_start + " "):
-            return float(line.split()[1])
-    return 0.0
 
 
 def test_a_synonym_paraphrase_is_served_by_the_aligned_verifier(aligned: ProxyProcess) -> None:
-    first, h1 = ask(aligned, "e2e synonyms", "How do I change my profile picture?")
-    served_before = verdicts(aligned)["served"]
-    second, h2 = ask(aligned, "e2e synonyms", "How can I update my profile photo?")
-    assert (h1, h2, second) == ("MISS", "HIT", first)
-    assert verdicts(aligned)["served"] == served_before + 1
+    check_reworded_question_served(aligned, "e2e synonyms", "How do I change my profile picture?",
+                                   "How can I update my profile photo?")
 
 
 def test_a_follow_up_after_the_same_context_in_other_words_is_served(aligned: ProxyProcess) -> None:

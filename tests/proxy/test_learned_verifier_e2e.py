@@ -10,8 +10,9 @@ import pytest
 
 from support.fake_backends import FakeBackend
 from support.procs import ServerProcess
-from support.proxy_procs import ProxyProcess, pion_args, start_proxy, wait_for_embedder
-from test_l1_verifier_e2e import ask, metric, verdicts, wait_for_verifier
+from support.proxy_procs import ProxyProcess
+from support.verifier_e2e import (ask, check_refused_and_counted, check_reworded_question_served, verdicts,
+                                  verifier_proxy)
 
 pytestmark = pytest.mark.slow
 
@@ -19,14 +20,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def learned(shared_pion_server: ServerProcess, fake_openai: FakeBackend,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
-    p = start_proxy(tmp_path_factory.mktemp("learned"), "--backend", "vllm", "--backend-url", fake_openai.url,
-                    "--verifier", "learned", "--cache-threshold", "0.65", *pion_args(shared_pion_server))
-    try:
-        wait_for_embedder(p)
-        wait_for_verifier(p)
+    with verifier_proxy(tmp_path_factory.mktemp("learned"), fake_openai, shared_pion_server,
+                        "--verifier", "learned", "--cache-threshold", "0.65") as p:
         yield p
-    finally:
-        p.stop()
 
 
 def test_stats_name_the_learned_verifier_once_it_is_loaded(learned: ProxyProcess) -> None:
@@ -34,22 +30,13 @@ def test_stats_name_the_learned_verifier_once_it_is_loaded(learned: ProxyProcess
 
 
 def test_a_synonym_paraphrase_is_served_by_the_learned_verifier(learned: ProxyProcess) -> None:
-    first, h1 = ask(learned, "e2e learned synonyms", "How do I change my profile picture?")
-    served_before = verdicts(learned)["served"]
-    second, h2 = ask(learned, "e2e learned synonyms", "How can I update my profile photo?")
-    assert (h1, h2, second) == ("MISS", "HIT", first)
-    assert verdicts(learned)["served"] == served_before + 1
+    check_reworded_question_served(learned, "e2e learned synonyms", "How do I change my profile picture?",
+                                   "How can I update my profile photo?")
 
 
 def test_an_added_scope_is_refused_by_the_score_and_counted(learned: ProxyProcess) -> None:
-    before = verdicts(learned)["refused_by_verifier"]["low_score"]
-    m_before = metric(learned, 'pion_serve_l1_verdicts_total{outcome="refused_by_verifier",reason="low_score"}')
-    ask(learned, "e2e learned scope", "How do I install numpy?")
-    answer, header = ask(learned, "e2e learned scope", "How do I install numpy on a laptop?")
-    assert (header, answer.endswith("How do I install numpy on a laptop?")) == ("MISS", True)
-    assert verdicts(learned)["refused_by_verifier"]["low_score"] == before + 1
-    assert metric(learned, 'pion_serve_l1_verdicts_total{outcome="refused_by_verifier",reason="low_score"}') == \
-        m_before + 1
+    check_refused_and_counted(learned, "e2e learned scope", "How do I install numpy?",
+                              "How do I install numpy on a laptop?", "low_score")
 
 
 def test_the_question_is_embedded_once_by_the_proxy_not_again_by_the_server(
