@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pion.proxy.tracing import trace_checked
+
 CROSS_WEIGHTS = Path(__file__).with_name("cross_encoder.safetensors")
 CROSS_VERSION = "1"
 MAX_LENGTH = 96  # tokens of the pair; the eval set's longest pair has about 60
@@ -191,32 +193,14 @@ class CrossEncoder:
 
 
 def _trace_single(model: Any, tokenizer: Any) -> Any:
-    """TorchScript of ``model`` for one unpadded pair (pion-serve's hit path): the Python of
-    transformers' modules goes. Checked against the eager model on two pairs of other
-    lengths; None (eager everywhere) when tracing fails or the outputs differ."""
-    import warnings
+    """TorchScript of ``model`` for one unpadded pair (pion-serve's hit path;
+    ``tracing.trace_checked``: checked against eager on two pairs of other lengths)."""
 
-    import torch
-
-    def encode(a: str, b: str) -> Any:
-        return tokenizer([a], [b], truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+    def inputs(a: str, b: str) -> tuple[Any, Any, Any]:
+        e = tokenizer([a], [b], truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+        return e["input_ids"], e["token_type_ids"], e["attention_mask"]
 
     probe = [("How do I reset it?", "How can I reset it?"),
              ("Where can I change the language of the Quorbit app?", "How do I set the Quorbit app's language?")]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TracerWarnings: shape-dependent Python branches
-            ex = encode("How do I rename a folder?", "How can I rename my folder?")
-            with torch.no_grad():
-                traced = torch.jit.trace(model, (ex["input_ids"], ex["token_type_ids"], ex["attention_mask"]),
-                                         check_trace=False, strict=False)
-            with torch.inference_mode():
-                for a, b in probe:
-                    e = encode(a, b)
-                    want = model(e["input_ids"], e["token_type_ids"], e["attention_mask"])
-                    got = traced(e["input_ids"], e["token_type_ids"], e["attention_mask"])
-                    if got.shape != want.shape or float((got - want).abs().max()) > 1e-4:
-                        return None
-    except Exception:  # noqa: BLE001 - a failed trace only costs the speed-up
-        return None
-    return traced
+    return trace_checked(model, inputs("How do I rename a folder?", "How can I rename my folder?"),
+                         [inputs(a, b) for a, b in probe])

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from pion.proxy import guard
+from pion.proxy.tracing import trace_checked
 
 # Names of the feature vector's entries, in order: the trained weights are keyed by them.
 FEATURES = ("cos", "ctx_min", "ctx_mean", "static_min", "static_mean", "low_fewer", "low_more",
@@ -117,12 +118,8 @@ class TokenEncoder:
 
 
 def _trace_single(bert: Any, tokenizer: Any) -> Any:
-    """TorchScript of ``bert`` for one question (no padding: the trace records the mask
-    handling of an all-ones mask, so batches with padding always run the eager model).
-    About 10% off a pass on this CPU: the Python of transformers' modules goes. Checked
-    against the eager model on two lengths; None (eager everywhere) if tracing fails."""
-    import warnings
-
+    """TorchScript of ``bert``'s last hidden state for one question (``tracing.trace_checked``:
+    checked against eager on two lengths; None when it fails)."""
     import torch
 
     class LastHidden(torch.nn.Module):
@@ -135,24 +132,12 @@ def _trace_single(bert: Any, tokenizer: Any) -> Any:
         def forward(self, input_ids: Any, attention_mask: Any) -> Any:
             return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
+    def inputs(text: str) -> tuple[Any, Any]:
+        b = tokenizer([text], return_tensors="pt")
+        return b["input_ids"], b["attention_mask"]
+
     probe = ["How do I reset it?", "Where can I change the language of the Quorbit app on my phone?"]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TracerWarnings: shape-dependent Python branches
-            example = tokenizer([probe[0]], return_tensors="pt")
-            with torch.no_grad():
-                traced = torch.jit.trace(LastHidden().eval(), (example["input_ids"], example["attention_mask"]),
-                                         check_trace=False, strict=False)
-            with torch.inference_mode():
-                for text in probe:
-                    b = tokenizer([text], return_tensors="pt")
-                    want = bert(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state
-                    got = traced(b["input_ids"], b["attention_mask"])
-                    if got.shape != want.shape or float((got - want).abs().max()) > 1e-4:
-                        return None
-    except Exception:  # noqa: BLE001 - a failed trace only costs the speed-up
-        return None
-    return traced
+    return trace_checked(LastHidden().eval(), inputs(probe[0]), [inputs(text) for text in probe])
 
 
 def _word_rows(text: str, word_ids: list[int | None], offsets: np.ndarray, states: np.ndarray,
