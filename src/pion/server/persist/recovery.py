@@ -117,11 +117,11 @@ def recover(layout: DataLayout, sink: Sink, *, repair: bool = False,
         log.warning("recovery: removing %s left by an interrupted snapshot", tmp)
         tmp.unlink()
     wal_files = layout.wal_files()
-    if not replay_wal and wal_files:
-        log.warning("recovery: --appendonly no: not replaying %d bytes of WAL (%s); a start with "
-                    "--appendonly yes would, a SAVE or BGSAVE removes them",
-                    sum(p.stat().st_size for p in wal_files), ", ".join(p.name for p in wal_files))
     if not replay_wal:
+        if wal_files:
+            log.warning("recovery: --appendonly no: not replaying %d bytes of WAL (%s); a start with "
+                        "--appendonly yes would, a SAVE or BGSAVE removes them",
+                        sum(p.stat().st_size for p in wal_files), ", ".join(p.name for p in wal_files))
         wal_files = []
     snap = layout.snapshot_path if layout.snapshot_path.exists() else None
     total = (snap.stat().st_size if snap else 0) + sum(p.stat().st_size for p in wal_files)
