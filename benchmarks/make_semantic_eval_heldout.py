@@ -1,7 +1,7 @@
 """Write one held-out split of the L1 evaluation set (issue 18) from its hand-written seeds.
 
 The questions of split ``<split>`` live in ``benchmarks/semantic_eval_<split>_seeds.py`` (``test2``
-and ``test3`` so far); this script only numbers them and writes
+… ``test5``); this script only numbers them and writes
 ``benchmarks/data/semantic_eval_<split>_pairs.jsonl`` and ``..._conversations.jsonl`` in the same
 schema as the first set (see ``benchmarks/make_semantic_eval_set.py``), so a scorer reads any split
 the same way. Nothing is generated from templates: every row is one hand-written question.
@@ -22,7 +22,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 DATA = BENCH / "data"
-SPLITS = ("test2", "test3")
+SPLITS = ("test2", "test3", "test4", "test5")
 TRAPS = ("entity_swap", "negation", "numbers_dates", "scope_change")
 
 

@@ -21,7 +21,7 @@ Policies compared on the same embeddings (all-MiniLM-L6-v2, as pion-server uses)
 A second held-out split, ``test2`` (new domains, written without seeing the verifiers:
 ``semantic_eval_test2_*.jsonl``), is read only when ``--splits`` names it; the default
 and every tuning view leave it unread. So is ``test3`` (``semantic_eval_test3_*.jsonl``,
-fifth round). ``--reasons`` counts why the cross verifier refused each split's should-hit
+fifth round), test4 and test5 (sixth round). ``--reasons`` counts why the cross verifier refused each split's should-hit
 items (counts only, never the items).
 
     python benchmarks/semantic_cache_eval.py            # report train/dev/test, write the sweep PNG
@@ -43,6 +43,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,13 +63,18 @@ from pion.proxy.verifier import DEFAULT_PARAMS, Verifier, VerifierParams
 
 PAIRS = ROOT / "benchmarks" / "data" / "semantic_eval_pairs.jsonl"
 CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_conversations.jsonl"
-# The second held-out split (issue 18, fourth round): new domains written by someone who
-# never saw the verifiers. Read only when scored (``--splits test2``), never by a tuning view.
-TEST2_PAIRS = ROOT / "benchmarks" / "data" / "semantic_eval_test2_pairs.jsonl"
-TEST2_CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_test2_conversations.jsonl"
-# A third held-out split (fifth round), likewise read only when ``--splits test3`` names it.
-TEST3_PAIRS = ROOT / "benchmarks" / "data" / "semantic_eval_test3_pairs.jsonl"
-TEST3_CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_test3_conversations.jsonl"
+# The held-out splits written later by people who never saw the verifiers, each on new
+# domains (issue 18): test2 (fourth round), test3 (fifth), test4 and test5 (sixth). A split's
+# files are read only when ``--splits`` names it, never by a tuning view.
+HELDOUT_SPLITS = ("test2", "test3", "test4", "test5")
+
+
+def heldout_files(split: str) -> tuple[Path, Path]:
+    """(pairs file, conversations file) of a later held-out split."""
+    data = ROOT / "benchmarks" / "data"
+    return data / f"semantic_eval_{split}_pairs.jsonl", data / f"semantic_eval_{split}_conversations.jsonl"
+
+
 SHOULD_HIT = "paraphrase"
 OLD_THRESHOLD = ServeConfig().cache_threshold  # pion-serve's default, 0.85
 ALIGNED_THRESHOLD = 0.8  # the candidate floor --fit chose for --verifier aligned (train+dev)
@@ -92,17 +98,15 @@ class Item:
         return self.category == SHOULD_HIT
 
 
-def load_items(test2: bool = False, test3: bool = False) -> list[Item]:
-    """The train/dev/test items; with ``test2`` / ``test3`` also those held-out splits
+def load_items(heldout: Sequence[str] = ()) -> list[Item]:
+    """The train/dev/test items, plus the later held-out splits named in ``heldout``
     (scoring only)."""
     items: list[Item] = []
     pair_files, conv_files = [PAIRS], [CONVS]
-    if test2:
-        pair_files.append(TEST2_PAIRS)
-        conv_files.append(TEST2_CONVS)
-    if test3:
-        pair_files.append(TEST3_PAIRS)
-        conv_files.append(TEST3_CONVS)
+    for split in heldout:
+        pairs_path, convs_path = heldout_files(split)
+        pair_files.append(pairs_path)
+        conv_files.append(convs_path)
     pair_lines = [line for f in pair_files for line in f.read_text().splitlines() if line.strip()]
     conv_lines = [line for f in conv_files for line in f.read_text().splitlines() if line.strip()]
     for line in pair_lines:
@@ -329,17 +333,17 @@ def main() -> None:
                         help="of --verifier cross (the last column)")
     parser.add_argument("--reasons", action="store_true",
                         help="count (never print) why --verifier cross refused the should-hit items, per split")
-    parser.add_argument("--splits", nargs="+", choices=["train", "dev", "test", "test2", "test3"],
+    parser.add_argument("--splits", nargs="+", choices=["train", "dev", "test", *HELDOUT_SPLITS],
                         default=["train", "dev", "test"],
                         help="score only these splits (while tuning: train dev, so test is never read; "
-                             "the plots need test; test2 and test3 are read only when named here)")
+                             "the plots need test; the later held-out splits test2..test5 are read only when named here)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     verifier = Verifier()
     t0 = time.perf_counter()
     verifier.load()
     print(f"WordNet loaded in {time.perf_counter() - t0:.2f} s")
-    items = [it for it in load_items(test2="test2" in args.splits, test3="test3" in args.splits)
+    items = [it for it in load_items([s for s in HELDOUT_SPLITS if s in args.splits])
              if it.split in args.splits]
     embed_all(items)
     for it in items:
