@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from pion.proxy import guard, opposites, polarity, quantities
+from pion.proxy import guard, opposites, polarity, qualifiers, quantities
 from pion.proxy.lexicon import WordNetLexicon
 
 # Refusal reasons, the label values of /metrics and keys of /v1/stats.
@@ -231,6 +231,9 @@ class Verifier:
         flipped = polarity.differs(query, cached, self.lexicon)
         if flipped is not None:
             return Verdict(False, "polarity", flipped)
+        scope = qualifiers.differs(query, cached, self.lexicon)
+        if scope is not None:
+            return Verdict(False, "scope", scope)
         return Verdict(True)
 
     def align(self, query: str, cached: str) -> Alignment:
