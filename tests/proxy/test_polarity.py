@@ -87,3 +87,19 @@ def test_the_verifier_refuses_a_flipped_request_with_reason_polarity(verifier: V
                             "How do I set up direct deposit from Orbit?")
     assert (v.ok, v.reason, v.stage) == (False, "polarity", "guard")
     assert v.detail == "polarity: 'direct' negated on one side only"
+
+
+@pytest.mark.parametrize("cached, query", [
+    ("How do I convert a text column to dates in Tabula?", "How do I convert a date column to text in Tabula?"),
+    ("Can I substitute honey for sugar in flapjacks?", "Can I substitute sugar for honey in flapjacks?"),
+])
+def test_the_same_words_in_reversed_roles_are_named_in_both_directions(cached: str, query: str) -> None:
+    assert polarity.swapped_roles(query, cached) is not None
+    assert polarity.swapped_roles(cached, query) is not None
+
+
+def test_words_moving_one_way_only_are_not_a_role_swap() -> None:
+    assert polarity.swapped_roles("How do I send money to Ada from my Orbit account?",
+                                  "How do I send money from my Orbit account to Ada?") is None
+    assert polarity.swapped_roles("How do I convert a text column to dates?",
+                                  "How do I turn a text column into dates?") is None

@@ -21,7 +21,9 @@ Decisions (``differs``):
   1. a word both questions share (same stem, or a WordNet synonym) is negated on one
      side only: "set up direct deposit" vs "a paper check instead of direct deposit";
   2. the strong-cue parity differs ("Is the card free of fees?" / "What are the fees?");
-  3. a morphological opposite pair (undo/redo).
+  3. the same words in reversed roles around one pivot ("convert strings to dates" /
+     "convert dates to strings", "substitute A for B" / "substitute B for A");
+  4. a morphological opposite pair (undo/redo).
 ``same_polarity`` is the lenient reading the verifier uses to *lift* the guard's raw
 count: both sides have as many cues, counting weak ones as well, and no shared word
 flips. "can't log in" / "unable to sign in" and "did not go through" / "fail"
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from pion.proxy import guard
@@ -64,6 +67,8 @@ _BREAKS = frozenset({"and", "but", "or", "so", "because", "while", "although", "
 # Words that open a subject after an inverted negator ("why won't *the* kettle ...").
 _SUBJECTS = frozenset({"the", "my", "your", "our", "their", "his", "her", "its", "this", "that", "these",
                        "those", "i", "you", "we", "they", "he", "she", "it", "a", "an"})
+# Words whose two sides are roles (source/target, replaced/replacement, compared).
+_PIVOTS = ("to", "into", "for", "than", "from", "over", "instead_of", "rather_than", "vs", "versus")
 _REACH = 5  # words a cue governs ("without any added sugar", "instead of a bank transfer")
 _GOVERN = 4  # words after a reverser searched for the verb it reverses
 _OPPOSED = (("un", "re"), ("re", "un"), ("", "un"), ("", "dis"), ("", "de"), ("", "non"), ("", "mis"))
@@ -90,7 +95,8 @@ class Reading:
     weak: int  # weak cues that negate (failure predicates, reversers governing a verb)
 
 
-def _tokens(text: str) -> list[str]:
+@lru_cache(maxsize=4096)  # a cached question is compared with many new ones
+def _tokens(text: str) -> tuple[str, ...]:
     text = text.lower().replace("\u2019", "'")
     text = re.sub(r"\bcan't\b|\bcannot\b", "can not", text)
     text = re.sub(r"\bwon't\b", "will not", text)
@@ -107,10 +113,10 @@ def _tokens(text: str) -> list[str]:
             continue
         out.append(raw[i])
         i += 1
-    return out
+    return tuple(out)
 
 
-def _governed(tokens: list[str], i: int) -> int | None:
+def _governed(tokens: tuple[str, ...], i: int) -> int | None:
     """The verb a reverser governs: the word after "from" or the first gerund ("stop Go
     from making", "avoid paying"), else None ("stop my plan" is an action)."""
     for j in range(i + 1, min(i + 1 + _GOVERN, len(tokens))):
@@ -240,12 +246,40 @@ def differs(query: str, cached: str, lexicon: Synonyms | None = None) -> str | N
     if rq.strong % 2 != rc.strong % 2 and (rq.strong + rq.weak) % 2 != (rc.strong + rc.weak) % 2:
         # a failure word answers a "not": "did not go through" / "why did it fail"
         return f"polarity: negation cues {rq.strong} vs {rc.strong}"
+    roles = swapped_roles(query, cached)
+    if roles is not None:
+        return roles
     wq = {w for w, _ in rq.words}
     wc = {w for w, _ in rc.words}
     for x in sorted(wq - wc):
         for y in sorted(wc - wq):
             if morphological_opposite(x, y, lexicon):
                 return f"polarity: opposite words {x} vs {y}"
+    return None
+
+
+def _sides(text: str, pivot: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """Content stems before and after the first ``pivot`` word, or None without one."""
+    tokens = [t for t in _tokens(text) if t not in _PUNCT]
+    if pivot not in tokens:
+        return None
+    k = tokens.index(pivot)
+    stems = [(i, guard._stem(t)) for i, t in enumerate(tokens) if _content(t)]
+    return frozenset(st for i, st in stems if i < k), frozenset(st for i, st in stems if i > k)
+
+
+def swapped_roles(query: str, cached: str) -> str | None:
+    """The same words with two of them on opposite sides of the same pivot: "convert a
+    string column to datetime" / "convert a datetime column to strings", "substitute
+    soda for powder" / "substitute powder for soda": the direction is reversed."""
+    for pivot in _PIVOTS:
+        sq, sc = _sides(query, pivot), _sides(cached, pivot)
+        if sq is None or sc is None or sq[0] | sq[1] != sc[0] | sc[1]:
+            continue
+        moved_right = sq[0] & sc[1] - sc[0]
+        moved_left = sq[1] & sc[0] - sc[1]
+        if moved_right and moved_left:
+            return f"polarity: {sorted(moved_right)[0]} and {sorted(moved_left)[0]} swap sides of {pivot!r}"
     return None
 
 

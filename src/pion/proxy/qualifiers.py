@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from pion.proxy import guard
 
-_SUBORDINATORS = frozenset({"if", "unless", "when", "whenever", "while", "once", "until", "before", "after"})
+_SUBORDINATORS = frozenset({"if", "unless", "when", "whenever", "while", "once", "until", "before", "after",
+                           "because"})
 _PREPOSITIONS = frozenset({"as", "for", "on", "in", "with", "to", "at", "from", "by", "under", "during", "into",
                            "over", "via", "through"})
 _INDEFINITE = frozenset({"a", "an"})
@@ -80,7 +82,8 @@ class Qualifier:
     words: tuple[str, ...]
 
 
-def _tokens(text: str) -> list[str]:
+@lru_cache(maxsize=4096)  # a cached question is compared with many new ones
+def _tokens(text: str) -> tuple[str, ...]:
     text = text.lower().replace("\u2019", "'")
     raw = _TOKEN.findall(text)
     out: list[str] = []
@@ -89,7 +92,7 @@ def _tokens(text: str) -> list[str]:
         joined = _JOIN.get((raw[i], raw[i + 1])) if i + 1 < len(raw) else None
         out.append(joined or raw[i])
         i += 2 if joined else 1
-    return out
+    return tuple(out)
 
 
 def _content(tok: str) -> bool:
@@ -103,7 +106,7 @@ def qualifiers(text: str, lexicon: Relatives | None = None) -> list[Qualifier]:
     for i, tok in enumerate(tokens):
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
         clause_start = i == 0 or tokens[i - 1] in _PUNCT
-        if tok in _SUBORDINATORS and not clause_start:
+        if tok in _SUBORDINATORS and not (clause_start and tok == "when"):  # "When should I ...?" asks
             marker = tok
         elif tok in _PREPOSITIONS and nxt in _INDEFINITE:
             marker = f"{tok} {nxt}"
@@ -129,7 +132,7 @@ def qualifiers(text: str, lexicon: Relatives | None = None) -> list[Qualifier]:
     return out
 
 
-def _audience(tokens: list[str], i: int, lexicon: Relatives) -> str | None:
+def _audience(tokens: tuple[str, ...], i: int, lexicon: Relatives) -> str | None:
     """The person noun of "for my kids", "as a student" (first content word after)."""
     for j in range(i + 1, min(i + 4, len(tokens))):
         if tokens[j] in _PUNCT:
