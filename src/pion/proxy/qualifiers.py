@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
-from pion.proxy import guard
+from pion.proxy import guard, quantities
 
 _SUBORDINATORS = frozenset({"if", "unless", "when", "whenever", "while", "once", "until", "before", "after",
                            "because"})
@@ -99,9 +99,17 @@ def _content(tok: str) -> bool:
     return tok not in guard._STOPWORDS and len(tok) > 1 and tok not in _PUNCT and not tok.isdigit()
 
 
+def _other_gates(text: str) -> frozenset[str]:
+    """Words other hard checks already compared: names (capitalised past the first word:
+    the entity gate) and amounts (number words, units: the number gate)."""
+    names = {w.lower() for w in re.findall(r"(?<!^)(?<![.?!] )\b[A-Z][\w'-]*", text.strip())}
+    return frozenset(names | (set(guard._NUMBER_WORDS) & set(_tokens(text))) | quantities.UNIT_NAMES)
+
+
 def qualifiers(text: str, lexicon: Relatives | None = None) -> list[Qualifier]:
     """The qualifiers of ``text`` (see the module docstring), in order."""
     tokens = _tokens(text)
+    skip = _other_gates(text)
     out: list[Qualifier] = []
     for i, tok in enumerate(tokens):
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
@@ -125,7 +133,7 @@ def qualifiers(text: str, lexicon: Relatives | None = None) -> list[Qualifier]:
         for j in range(i + 1, min(i + 1 + _PHRASE_LEN, len(tokens))):
             if tokens[j] in _PUNCT or (j > i + 1 and tokens[j] in _SUBORDINATORS):
                 break
-            if _content(tokens[j]):
+            if _content(tokens[j]) and tokens[j] not in skip:
                 words.append(tokens[j])
         if words:
             out.append(Qualifier(marker, tuple(words)))
