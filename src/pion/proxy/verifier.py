@@ -10,7 +10,9 @@ aligned verifier keeps the guard's hard checks, which are right whenever they fi
      co-hyponyms swapped for each other (spring vs autumn: alternatives, not synonyms),
      a named-entity gate (a capitalised name on one side only: Flixora vs Streamly) and
      a direction check ("from A to B" vs "from B to A") and opposite actions
-     ("turn on" vs "switch off", "stop sharing" vs "share": ``opposites.py``);
+     ("turn on" vs "switch off", "stop sharing" vs "share": ``opposites.py``); then the
+     polarity reader (``polarity.py``: "instead of direct deposit" vs "set up direct
+     deposit") and the scope reader (``qualifiers.py``: "... as a new patient" added);
   2. content words aligned across the two questions: same stem, or a WordNet synonym or
      one-hop relative (hypernym, verb group, similar-to, derivation) among the words the
      other side has instead (``lexicon.py``);
