@@ -24,12 +24,20 @@ and every tuning view leave it unread. So is ``test3`` (``semantic_eval_test3_*.
 fifth round), test4 and test5 (sixth round). ``--reasons`` counts why the cross verifier refused each split's should-hit
 items (counts only, never the items).
 
+The rule from the sixth round on (the lead's decision): ``test``, ``test2`` and ``test3``
+have all been scored and are *spent*: they may be read, shown (``--show-failures``) and
+tuned on, and a figure on them is no longer an unseen-author estimate. ``test4`` and
+``test5`` are the fresh held-out splits: only the lead scores them (``--splits test4
+test5``), and the tuning views refuse them outright (``refuse_heldout_tuning``): ``--fit``
+and ``--show-failures`` exit before any file is read when ``--splits`` names them.
+
     python benchmarks/semantic_cache_eval.py            # report train/dev/test, write the sweep PNG
     python benchmarks/semantic_cache_eval.py --splits test test2   # score the held-out splits
     python benchmarks/semantic_cache_eval.py --fit      # refit: weights on train, floor/threshold on dev
     python benchmarks/semantic_cache_eval.py --show-failures test
 
-``--fit`` never reads the test split: it picks the candidate floor, ``max_swapped``
+``--fit`` reads train and dev only (written when test was unread; under the sixth-round
+rule test is spent, but the fit is kept as it was chosen): it picks the candidate floor, ``max_swapped``
 and ``swap_similarity`` that serve the most train+dev paraphrase
 pairs with <= 1.5% of train+dev traps served, pairs and conversations each.
 """
@@ -67,6 +75,16 @@ CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_conversations.jsonl"
 # domains (issue 18): test2 (fourth round), test3 (fifth), test4 and test5 (sixth). A split's
 # files are read only when ``--splits`` names it, never by a tuning view.
 HELDOUT_SPLITS = ("test2", "test3", "test4", "test5")
+FRESH_SPLITS = ("test4", "test5")  # sixth round: scored once by the lead, never tuned or looked at
+
+
+def refuse_heldout_tuning(splits: Sequence[str], tuning: bool) -> None:
+    """Exit (SystemExit) when a tuning view (``--fit``, ``--show-failures``) would read a
+    fresh held-out split: they are for the lead's one scoring only."""
+    fresh = [s for s in splits if s in FRESH_SPLITS]
+    if tuning and fresh:
+        raise SystemExit(f"refusing to tune on or show {fresh}: the fresh held-out splits are scored "
+                         "once, by the lead, without --fit or --show-failures")
 
 
 def heldout_files(split: str) -> tuple[Path, Path]:
@@ -329,15 +347,17 @@ def main() -> None:
     parser.add_argument("--fit", action="store_true", help="refit on train/dev and print the parameters")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "semantic_l1_verifier_sweep.png")
     parser.add_argument("--learned-plot", type=Path, default=ROOT / "docs" / "img" / "semantic_l1_learned_sweep.png")
-    parser.add_argument("--show-failures", choices=["train", "dev", "test", "test2"],
+    parser.add_argument("--show-failures", choices=["train", "dev", "test", "test2", "test3"],
                         help="of --verifier cross (the last column)")
     parser.add_argument("--reasons", action="store_true",
                         help="count (never print) why --verifier cross refused the should-hit items, per split")
     parser.add_argument("--splits", nargs="+", choices=["train", "dev", "test", *HELDOUT_SPLITS],
                         default=["train", "dev", "test"],
-                        help="score only these splits (while tuning: train dev, so test is never read; "
-                             "the plots need test; the later held-out splits test2..test5 are read only when named here)")
+                        help="score only these splits (the plots need test; the later held-out splits "
+                             "test2..test5 are read only when named here; test4/test5 never with --fit or "
+                             "--show-failures)")
     args = parser.parse_args()
+    refuse_heldout_tuning(args.splits, bool(args.fit or args.show_failures))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     verifier = Verifier()
     t0 = time.perf_counter()

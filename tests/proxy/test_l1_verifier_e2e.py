@@ -63,12 +63,12 @@ def test_refusals_are_counted_per_stage_and_reason_in_stats_and_metrics(aligned:
     ask(aligned, "e2e reasons", "What is the status of order 48213?")
     assert ask(aligned, "e2e reasons", "What is the status of order 48231?")[1] == "MISS"
     ask(aligned, "e2e reasons 2", "How do I install numpy?")
-    assert ask(aligned, "e2e reasons 2", "How do I install numpy on a laptop?")[1] == "MISS"
+    assert ask(aligned, "e2e reasons 2", "How do I install numpy on my laptop?")[1] == "MISS"
     after = verdicts(aligned)
     assert after["refused_by_guard"]["numbers"] == before["refused_by_guard"]["numbers"] + 1
     assert after["refused_by_verifier"]["added_words"] == before["refused_by_verifier"]["added_words"] + 1
     assert sorted(after["refused_by_guard"]) == ["added_words", "cross_score", "dates", "entity", "low_score",
-                                                 "negation", "numbers", "swapped_words"]
+                                                 "negation", "numbers", "polarity", "scope", "swapped_words"]
     assert metric(aligned, 'pion_serve_l1_verdicts_total{outcome="refused_by_guard",reason="numbers"}') == \
         m_before + 1
     assert metric(aligned, 'pion_serve_l1_verdicts_total{outcome="refused_by_verifier",reason="added_words"}') >= 1
@@ -82,5 +82,5 @@ def test_the_default_guard_counts_its_refusals_under_the_guard(guarded: ProxyPro
     after = verdicts(guarded)
     refused = {k: after["refused_by_guard"][k] - before["refused_by_guard"][k] for k in after["refused_by_guard"]}
     assert refused == {"numbers": 0, "dates": 0, "negation": 0, "entity": 0, "added_words": 0, "swapped_words": 1,
-                       "low_score": 0, "cross_score": 0}
+                       "low_score": 0, "cross_score": 0, "polarity": 0, "scope": 0}
     assert after["refused_by_verifier"] == before["refused_by_verifier"]

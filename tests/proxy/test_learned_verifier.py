@@ -80,7 +80,9 @@ def test_a_different_number_is_refused_by_the_hard_checks(learned_verifier: Lear
 
 
 def test_an_added_scope_is_refused_by_the_score(learned_verifier: LearnedVerifier) -> None:
-    v = learned_verifier.check("How do I install numpy on a laptop?", "How do I install numpy?", 0.9)
+    # "on my laptop": a definite qualifier the scope reader leaves to the score ("on a
+    # laptop" is now refused earlier, by the hard checks: tests/proxy/test_qualifiers.py)
+    v = learned_verifier.check("How do I install numpy on my laptop?", "How do I install numpy?", 0.9)
     assert (v.ok, v.reason, v.stage) == (False, "low_score", "verifier")
 
 

@@ -36,7 +36,7 @@ def test_a_synonym_paraphrase_is_served_by_the_learned_verifier(learned: ProxyPr
 
 def test_an_added_scope_is_refused_by_the_score_and_counted(learned: ProxyProcess) -> None:
     check_refused_and_counted(learned, "e2e learned scope", "How do I install numpy?",
-                              "How do I install numpy on a laptop?", "low_score")
+                              "How do I install numpy on my laptop?", "low_score")
 
 
 def test_the_question_is_embedded_once_by_the_proxy_not_again_by_the_server(

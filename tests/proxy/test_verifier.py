@@ -71,8 +71,11 @@ def test_hard_checks_refuse_traps_with_their_reason(verifier: Verifier, cached: 
 
 
 def test_a_question_that_adds_a_scope_is_refused_by_the_verifier(verifier: Verifier) -> None:
-    verdict = verifier.check("How do I install numpy on a laptop?", "How do I install numpy?", 0.93)
+    verdict = verifier.check("How do I install numpy on my laptop?", "How do I install numpy?", 0.93)
     assert (verdict.ok, verdict.reason, verdict.stage) == (False, "added_words", "verifier")
+    # An added qualifier phrase is now a hard refusal of the scope reader (sixth round).
+    verdict = verifier.check("How do I install numpy on a laptop?", "How do I install numpy?", 0.93)
+    assert (verdict.ok, verdict.reason, verdict.stage) == (False, "scope", "guard")
 
 
 def test_swapped_words_are_served_only_above_the_swap_similarity(verifier: Verifier) -> None:

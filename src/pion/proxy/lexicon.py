@@ -181,5 +181,23 @@ class WordNetLexicon:
         """True when WordNet lists a base form of ``a`` as an antonym of one of ``b``."""
         return any((x, y) in self._antonyms for x in self.lemmas(a) | {a} for y in self.lemmas(b) | {b})
 
+    def descends_from(self, word: str, ancestor: str, depth: int = 12) -> bool:
+        """True when a common noun sense of ``word`` has the first noun sense of ``ancestor``
+        among its hypernyms (student, patient, minor -> person): a word's kind without a
+        hand list of kinds."""
+        roots = {x for x in self._first.get(ancestor, ()) if x % 4 == 0}
+        if not roots:
+            return False
+        frontier = {x for x in self._common_senses(word) if x % 4 == 0}
+        seen: set[int] = set()
+        for _ in range(depth):
+            if frontier & roots:
+                return True
+            seen |= frontier
+            frontier = {h for x in frontier for h in self._hypernyms.get(x, ())} - seen
+            if not frontier:
+                return False
+        return False
+
     def known(self, word: str) -> bool:
         return bool(self.lemmas(word))

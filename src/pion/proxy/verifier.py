@@ -10,7 +10,9 @@ aligned verifier keeps the guard's hard checks, which are right whenever they fi
      co-hyponyms swapped for each other (spring vs autumn: alternatives, not synonyms),
      a named-entity gate (a capitalised name on one side only: Flixora vs Streamly) and
      a direction check ("from A to B" vs "from B to A") and opposite actions
-     ("turn on" vs "switch off", "stop sharing" vs "share": ``opposites.py``);
+     ("turn on" vs "switch off", "stop sharing" vs "share": ``opposites.py``); then the
+     polarity reader (``polarity.py``: "instead of direct deposit" vs "set up direct
+     deposit") and the scope reader (``qualifiers.py``: "... as a new patient" added);
   2. content words aligned across the two questions: same stem, or a WordNet synonym or
      one-hop relative (hypernym, verb group, similar-to, derivation) among the words the
      other side has instead (``lexicon.py``);
@@ -33,13 +35,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from pion.proxy import guard, opposites, quantities
+from pion.proxy import guard, opposites, polarity, qualifiers, quantities
 from pion.proxy.lexicon import WordNetLexicon
 
 # Refusal reasons, the label values of /metrics and keys of /v1/stats.
 REASONS = ("numbers", "dates", "negation", "entity", "added_words", "swapped_words",
-           "low_score", "cross_score")  # low_score: --verifier learned (learned_verifier.py);
-# cross_score: the cross-encoder of --verifier cross (cross_verifier.py)
+           "low_score", "cross_score", "polarity", "scope")  # low_score: --verifier learned
+# (learned_verifier.py); cross_score: the cross-encoder of --verifier cross (cross_verifier.py);
+# polarity / scope: the sixth-round readers (polarity.py, qualifiers.py), part of the hard checks
 
 _POSSESSIVE = re.compile(r"'s$|s'$")
 _NAMED_SEASON = re.compile(r"\b([A-Z][a-zA-Z]+) (Spring|Summer|Autumn|Fall|Winter)\b")
@@ -159,9 +162,13 @@ def _direction(text: str) -> tuple[str, str] | None:
 class Verifier:
     """Decides whether a similarity hit is the same question; thread-safe after ``load``."""
 
-    def __init__(self, params: VerifierParams = DEFAULT_PARAMS, lexicon: WordNetLexicon | None = None) -> None:
+    def __init__(self, params: VerifierParams = DEFAULT_PARAMS, lexicon: WordNetLexicon | None = None,
+                 readers: bool = True) -> None:
         self.params = params
         self.lexicon = lexicon if lexicon is not None else WordNetLexicon()
+        # The polarity and scope readers (issue 18, sixth round); off only to measure
+        # what they add (benchmarks/hard_check_eval.py).
+        self.readers = readers
 
     def load(self) -> bool:
         """Load WordNet (2-10 s on a busy CPU); without it words align by stem only."""
@@ -184,9 +191,10 @@ class Verifier:
     def hard_check(self, query: str, cached: str) -> Verdict:
         """The gates that refuse outright: numbers, dates, negation/antonyms, named entities."""
         hard_one = bool(_ONE_COMPOUND.search(query) or _ONE_COMPOUND.search(cached))
-        structure = guard.check_structure(*_without_soft_facts(guard.extract(_joined_names(query)),
-                                                               guard.extract(_joined_names(cached)),
-                                                               hard_one))
+        fq, fc = guard.extract(_joined_names(query)), guard.extract(_joined_names(cached))
+        if self.readers and fq.negations != fc.negations and polarity.same_polarity(query, cached, self.lexicon):
+            fq = replace(fq, negations=fc.negations)  # negated alike in other words: "can't" / "unable to"
+        structure = guard.check_structure(*_without_soft_facts(fq, fc, hard_one))
         if not structure.ok:
             reason = ("numbers" if structure.reason.startswith("numbers") else
                       "dates" if structure.reason.startswith("dates") else "negation")
@@ -216,6 +224,18 @@ class Verifier:
         one_sided, text, other = (only_q, query, cached) if only_q else (only_c, cached, query)
         if one_sided and not all(_name_as_modifier(e, text, other) for e in one_sided):
             return Verdict(False, "entity", f"names differ: {sorted(eq)} vs {sorted(ec)}")
+        if self.readers:
+            return self._readers(query, cached)
+        return Verdict(True)
+
+    def _readers(self, query: str, cached: str) -> Verdict:
+        """The sixth-round readers, after the older checks passed: polarity, then scope."""
+        flipped = polarity.differs(query, cached, self.lexicon)
+        if flipped is not None:
+            return Verdict(False, "polarity", flipped)
+        scope = qualifiers.differs(query, cached, self.lexicon)
+        if scope is not None:
+            return Verdict(False, "scope", scope)
         return Verdict(True)
 
     def align(self, query: str, cached: str) -> Alignment:
