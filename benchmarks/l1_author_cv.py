@@ -24,6 +24,7 @@ hard checks are main's (numbers, dates, negation, names, opposite actions).
 
     python benchmarks/l1_author_cv.py --layers 3 --trained 2 --epochs 2          # train + report
     python benchmarks/l1_author_cv.py --layers 3 --trained 2 --epochs 2 --analyse  # cached folds only
+    python benchmarks/l1_author_cv.py --analyse --rehard  # the same models under today's hard checks
 """
 
 from __future__ import annotations
@@ -209,6 +210,17 @@ def run_fold(name: str, args: argparse.Namespace, verifier: Verifier) -> FoldSco
                       view.lthreshold, probs)
 
 
+def rehard(f: FoldScores, split_names: tuple[str, ...], verifier: Verifier) -> FoldScores:
+    """The same fold's probabilities under the hard checks of the code now running: the
+    model never sees the hard checks, so they change without retraining; the stages in
+    front (hard checks, learned score) are recomputed exactly as ``run_fold`` did."""
+    items = load_spent(list(split_names))
+    view = dev_view(items, verifier)
+    assert bool((view.hit == f.hit).all()) and bool((np.abs(view.cos - f.cos) < 1e-5).all())
+    return FoldScores(f.name, f.hit, f.pair, f.category, f.cos, view.hard, f.same, view.lscore, view.lfloor,
+                      view.lthreshold, f.probs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=3)
@@ -221,6 +233,8 @@ def main() -> None:
     parser.add_argument("--conv-bound", type=float, default=0.02, help="trap conversations served, every fold")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/pion_l1_author_cv"))
     parser.add_argument("--analyse", action="store_true", help="only the rule search, on cached folds")
+    parser.add_argument("--rehard", action="store_true",
+                        help="with --analyse: re-run the hard checks of the current code on the cached folds")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="write the chosen rule and per-fold rates here")
     args = parser.parse_args()
@@ -243,6 +257,11 @@ def main() -> None:
         f = run_fold(name, args, verifier)
         f.save(path)
         folds.append(f)
+    if args.rehard:
+        verifier = verifier or Verifier()
+        verifier.load()
+        folds = [rehard(f, FOLDS[name][1], verifier) for f, name in zip(folds, args.folds, strict=True)]
+        print("hard checks re-run with the current code")
     print(f"\nrecipe {recipe}; bounds: trap pairs <= {args.bound:.1%}, trap conversations <= {args.conv_bound:.1%}"
           f" in every fold")
     chosen: tuple[int, CVRule, float] | None = None
