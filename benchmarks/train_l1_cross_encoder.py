@@ -156,7 +156,7 @@ def _toggle_negation(q: str) -> str | None:
 
 
 def examples(train: list[Item], lexicon_verifier: Verifier, rng: random.Random) -> list[Example]:
-    """Every training example, from train text only (see the module docstring)."""
+    """Every training example, from the training splits' text only (see the module docstring)."""
     out: list[Example] = []
     for it in train:
         out.append(Example(it.a, it.b, int(it.hit), f"train_{it.kind}"))
