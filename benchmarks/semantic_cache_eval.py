@@ -16,7 +16,8 @@ Policies compared on the same embeddings (all-MiniLM-L6-v2, as pion-server uses)
   * the learned verifier (``pion.proxy.learned_verifier``, ``pion-serve --verifier learned
     --cache-threshold 0.65``): weights from ``train_l1_verifier.py`` (train/dev only);
   * the cross-encoder verifier (``pion.proxy.cross_verifier``, ``pion-serve --verifier cross
-    --cache-threshold 0.65``): weights from ``train_l1_cross_encoder.py`` (train/dev only).
+    --cache-threshold 0.65``): weights from ``train_l1_cross_encoder.py`` (sixth round: every
+    spent split, rule by leave-one-author-out CV, ``l1_author_cv.py``).
 
 A second held-out split, ``test2`` (new domains, written without seeing the verifiers:
 ``semantic_eval_test2_*.jsonl``), is read only when ``--splits`` names it; the default

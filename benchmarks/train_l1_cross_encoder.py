@@ -3,9 +3,16 @@
     python benchmarks/train_l1_cross_encoder.py                 # the shipped setting, writes the file
     python benchmarks/train_l1_cross_encoder.py --grid 6:1,6:2  # compare depths on dev (prints only)
     python benchmarks/train_l1_cross_encoder.py --layers 4 --trained 1 --dry-run
+    python benchmarks/train_l1_cross_encoder.py --train-splits train dev test test2 test3 \
+        --rule 0.65:0.178:0.5                    # sixth round: all spent data, the CV-chosen rule
 
-Seeded, CPU, minutes. Which split decides what (the test splits are never read here):
-  * train: the examples, all built from train text only (``examples``):
+Seeded, CPU, minutes. Which split decides what. Since the sixth round of issue 18 the
+splits ``test``, ``test2`` and ``test3`` are *spent* (scored once each, then opened for
+training and tuning by the lead's rule); ``test4`` and ``test5`` are the fresh held-out
+splits and every path here refuses them before any file is read (``check_splits``).
+Settings are chosen by leave-one-author-out cross-validation (``l1_author_cv.py``), not
+on the in-author dev split, which did not predict other authors.
+  * ``--train-splits`` (default ``train``): the examples, built from those splits' text only:
       - the train pairs and conversations (resolved turns), both orders, label = paraphrase;
       - paraphrase clusters: questions joined by train paraphrase pairs ask the same thing,
         so every two of one cluster with the same names are positives too;
@@ -21,9 +28,10 @@ Seeded, CPU, minutes. Which split decides what (the test splits are never read h
         opener reworded ("How do I" / "How can I"). Without these every near-identical
         pair in training was a trap, and the first model learned that shortcut: it
         refused a question paired with itself.
-    Nothing here is aimed at any phrasing of the test split: the augmentations are
-    generic operators applied to train questions.
-  * dev: the depth (layers kept, layers trained), the epoch and the decision rule: the
+    The augmentations are generic operators applied to the training questions.
+  * ``--rule FLOOR:LEARNED:THRESHOLD`` writes the model with a rule chosen elsewhere (the
+    author CV); without it, as before the sixth round:
+  * ``--eval-splits`` (default ``dev``): the depth (layers kept, layers trained), the epoch and the decision rule: the
     candidate floor (sentence cosine) and the probability threshold that serve the most dev
     paraphrase pairs (+ a quarter of the dev conversation share) with <= 1.5% of dev trap
     pairs and no dev trap conversation served, after the hard checks (numbers, dates,
@@ -61,6 +69,10 @@ from pion.proxy.cross_encoder import CROSS_WEIGHTS, MAX_LENGTH, CrossMeta, build
 from pion.proxy.verifier import Verifier, _entities  # noqa: E402
 
 SEED = 18
+# The splits that were scored and then opened for training and tuning (issue 18, sixth
+# round), and the fresh held-out ones nothing here may read: the lead scores them once.
+SPENT_SPLITS = ("train", "dev", "test", "test2", "test3")
+FRESH_HELDOUT = ("test4", "test5")
 TRAP_BOUND = 0.015
 CONV_WEIGHT = 0.25
 FLOORS = (0.5, 0.6, 0.65, 0.7, 0.75, 0.8)
@@ -77,6 +89,26 @@ _FILLERS = ("Quick question: ", "Hi, ", "Hello! ", "Can you help? ")
 _OPENERS = (("How do I ", "How can I "), ("How can I ", "How do I "), ("How do I ", "What's the way to "),
             ("Can I ", "Is it possible to "), ("Where do I ", "Where can I "), ("What is ", "What's "),
             ("How to ", "How do I "), ("Is there a way to ", "Can I "), ("Do you ", "Do you guys "))
+
+
+def check_splits(splits: list[str] | tuple[str, ...]) -> list[str]:
+    """``splits`` if every one is spent; raises ``ValueError`` for the fresh held-out
+    splits (test4, test5) or an unknown name, before any file is opened."""
+    fresh = [s for s in splits if s in FRESH_HELDOUT]
+    if fresh:
+        raise ValueError(f"refusing split(s) {', '.join(fresh)}: fresh held-out data, scored once by the lead "
+                         f"and never read by a trainer or tuning path")
+    unknown = [s for s in splits if s not in SPENT_SPLITS]
+    if unknown:
+        raise ValueError(f"unknown split(s) {', '.join(unknown)}: the spent splits are {', '.join(SPENT_SPLITS)}")
+    return list(splits)
+
+
+def load_spent(splits: list[str] | tuple[str, ...]) -> list[Item]:
+    """The items of the named spent splits; only their files are read."""
+    check_splits(splits)
+    later = [s for s in ("test2", "test3") if s in splits]
+    return [it for it in load_items(later) if it.split in splits]
 
 
 @dataclass(frozen=True)
@@ -124,7 +156,7 @@ def _toggle_negation(q: str) -> str | None:
 
 
 def examples(train: list[Item], lexicon_verifier: Verifier, rng: random.Random) -> list[Example]:
-    """Every training example, from train text only (see the module docstring)."""
+    """Every training example, from the training splits' text only (see the module docstring)."""
     out: list[Example] = []
     for it in train:
         out.append(Example(it.a, it.b, int(it.hit), f"train_{it.kind}"))
@@ -147,6 +179,10 @@ def examples(train: list[Item], lexicon_verifier: Verifier, rng: random.Random) 
         if "_" not in y:
             antonym_of[x].append(y)
     words_of = {q: set(guard.content_words(q)) for q in questions}
+    by_word: dict[str, list[str]] = defaultdict(list)
+    for q in questions:
+        for w in words_of[q]:
+            by_word[w].append(q)
     for q in questions:
         words = [w for w in guard.content_words(q) if w.isalpha()]
         neg: list[tuple[str, str]] = []
@@ -174,9 +210,8 @@ def examples(train: list[Item], lexicon_verifier: Verifier, rng: random.Random) 
             tail = rng.choice(tails)
             stem = q.rstrip().rstrip("?.!")
             neg.append((f"{stem} {tail}{q.rstrip()[-1] if q.rstrip()[-1] in '?.!' else ''}", "aug_modifier"))
-        rivals = [o for o in questions if o != q and cluster.get(o, -1) != cluster.get(q, -2)]
-        if rivals:
-            best = max(rivals, key=lambda o: (len(words_of[q] & words_of[o]), o))
+        best = _hard_negative(q, questions, words_of, by_word, cluster)
+        if best is not None:
             neg.append((best, "hard_negative"))
         for text, source in neg:
             if text != q:
@@ -190,6 +225,22 @@ def examples(train: list[Item], lexicon_verifier: Verifier, rng: random.Random) 
                 out.append(Example(q, new + q[len(old):], 1, "opener"))
                 break
     return out
+
+
+def _hard_negative(q: str, questions: list[str], words_of: dict[str, set[str]], by_word: dict[str, list[str]],
+                   cluster: dict[str, int]) -> str | None:
+    """The question of another cluster sharing the most content words with ``q`` (ties:
+    the greatest string), via an inverted index: the pooled splits have thousands."""
+    shared: dict[str, int] = defaultdict(int)
+    for w in words_of[q]:
+        for o in by_word[w]:
+            shared[o] += 1
+    rival = (lambda o: o != q and cluster.get(o, -1) != cluster.get(q, -2))
+    scored = [(n, o) for o, n in shared.items() if rival(o)]
+    if scored:
+        return max(scored)[1]
+    rest = [o for o in questions if rival(o)]
+    return max(rest) if rest else None
 
 
 def tokenize(tokenizer: object, pairs: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
@@ -382,6 +433,23 @@ def report(name: str, served: np.ndarray, dev: DevView) -> str:
             f" / {served[~dev.pair & ~dev.hit].mean():.1%}")
 
 
+def parse_rule(text: str) -> Rule:
+    """``FLOOR:LEARNED:THRESHOLD`` (LEARNED ``none``: the cross-encoder alone)."""
+    floor, learned, threshold = text.split(":")
+    return Rule(float("nan"), float(floor), float(threshold), None if learned == "none" else float(learned))
+
+
+def train_examples(splits: list[str], verifier: Verifier) -> list[Example]:
+    """The seeded examples of the named spent splits, with a count per source."""
+    train_ex = examples(load_spent(splits), verifier, random.Random(SEED))
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in train_ex:
+        counts[e.source][e.label] += 1
+    print(f"{'+'.join(splits)}: {len(train_ex)} examples (negatives, positives): "
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), flush=True)
+    return train_ex
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=6)
@@ -389,44 +457,56 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--grid", default="", help="depths to compare on dev, e.g. 6:1,6:2,4:1 (prints only)")
+    parser.add_argument("--train-splits", nargs="+", default=["train"],
+                        help=f"spent splits to build the examples from ({', '.join(SPENT_SPLITS)})")
+    parser.add_argument("--eval-splits", nargs="+", default=["dev"],
+                        help="spent splits the rule is chosen on (or, with --rule, reported on)")
+    parser.add_argument("--rule", type=parse_rule, default=None,
+                        help="FLOOR:LEARNED:THRESHOLD chosen by the author CV (l1_author_cv.py); trains --epochs")
     parser.add_argument("--dry-run", action="store_true", help="print, do not write the weights")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (results were recorded with 1)")
     parser.add_argument("--out", type=Path, default=CROSS_WEIGHTS)
     args = parser.parse_args()
+    try:  # before anything is read
+        check_splits(args.train_splits + args.eval_splits)
+    except ValueError as e:
+        parser.error(str(e))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
     torch.set_num_threads(args.threads)
     from pion.server.semantic.embedder import default_model_dir
 
-    items = [it for it in load_items() if it.split in ("train", "dev")]  # never a test split
     verifier = Verifier()
     verifier.load()
-    train = [it for it in items if it.split == "train"]
-    dev_items = [it for it in items if it.split == "dev"]
-    rng = random.Random(SEED)
-    train_ex = examples(train, verifier, rng)
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for e in train_ex:
-        counts[e.source][e.label] += 1
-    print("train examples (negatives, positives): " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    train_ex = train_examples(args.train_splits, verifier)
+    dev_items = load_spent(args.eval_splits)
     t0 = time.perf_counter()
     dev = dev_view(dev_items, verifier)
-    print(f"dev view in {time.perf_counter() - t0:.0f} s; " + report("learned (before)", dev.hard & dev.learned, dev))
+    print(f"eval view ({'+'.join(args.eval_splits)}) in {time.perf_counter() - t0:.0f} s; "
+          + report("learned (before)", dev.hard & dev.learned, dev))
     settings = [(int(a), int(b)) for a, b in (x.split(":") for x in args.grid.split(","))] if args.grid \
         else [(args.layers, args.trained)]
-    best = None
-    for layers, trained in settings:
-        model, history = train_one(layers, trained, args.epochs, train_ex, dev_items, dev, args.lr, SEED,
+    if args.rule is not None:
+        model, history = train_one(args.layers, args.trained, args.epochs, train_ex, dev_items, dev, args.lr, SEED,
                                    default_model_dir())
-        for epoch, stack, rule, probs in history:
-            if rule is not None and (best is None or rule.objective > best[0] + 1e-9):
-                best = (rule.objective, layers, trained, epoch, stack, rule, probs)
-    if best is None:
-        raise SystemExit("no setting meets the dev trap bounds")
-    _, layers, trained, epoch, stack, rule, probs = best
-    print(f"chosen on dev: layers {layers}, trained {trained}, epoch {epoch}, {rule}")
-    print(report("dev, cross", served_by(rule, probs, dev), dev))
+        rule, probs = args.rule, history[-1][3]
+        layers, trained, epoch, stack = args.layers, args.trained, args.epochs, rule.learned_threshold is not None
+        how = "floor/threshold from the leave-one-author-out CV (l1_author_cv.py)"
+    else:
+        best = None
+        for layers, trained in settings:
+            model, history = train_one(layers, trained, args.epochs, train_ex, dev_items, dev, args.lr, SEED,
+                                       default_model_dir())
+            for epoch, stack, rule, probs in history:
+                if rule is not None and (best is None or rule.objective > best[0] + 1e-9):
+                    best = (rule.objective, layers, trained, epoch, stack, rule, probs)
+        if best is None:
+            raise SystemExit("no setting meets the dev trap bounds")
+        _, layers, trained, epoch, stack, rule, probs = best
+        how = f"floor/threshold on {'+'.join(args.eval_splits)}"
+        print(f"chosen on {'+'.join(args.eval_splits)}: layers {layers}, trained {trained}, epoch {epoch}, {rule}")
+    print(report(f"{'+'.join(args.eval_splits)}, cross", served_by(rule, probs, dev), dev))
     if args.grid or args.dry_run:
         return
     if epoch != args.epochs:
@@ -434,7 +514,7 @@ def main() -> None:
         model, _ = train_one(layers, trained, epoch, train_ex, dev_items, dev, args.lr, SEED, default_model_dir())
     meta = CrossMeta(layers, trained, rule.floor, rule.threshold,
                      f"benchmarks/train_l1_cross_encoder.py: {layers} layers, top {trained} + head trained "
-                     f"{epoch} epochs on train + generic augmentation; floor/threshold on dev"
+                     f"{epoch} epochs on {'+'.join(args.train_splits)} + generic augmentation; {how}"
                      f"{'; after the learned score' if stack else ''}",
                      rule.learned_threshold)
     save(args.out, model, meta)

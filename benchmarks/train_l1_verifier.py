@@ -3,7 +3,10 @@
     python benchmarks/train_l1_verifier.py            # fit, print train/dev, write the weights
     python benchmarks/train_l1_verifier.py --dry-run  # fit and print only
 
-Which split decides what (the test split is never read here):
+Which split decides what. This trainer still reads train and dev only. Since issue 18's
+sixth round test, test2 and test3 are spent (scored, then open to training and tuning);
+the fresh held-out test4 and test5 are never read: ``load_items()`` opens only the first
+set's files, and the cross-encoder's trainer refuses them by name (``check_splits``):
   * train: the logistic coefficients (and the feature standardisation), fitted on the
     train items whose hard checks pass and whose sentence cosine reaches the floor, i.e.
     the pairs the verifier would actually be asked about;
@@ -172,7 +175,7 @@ def main() -> None:
                         help="also swap words for their nearest unrelated neighbours (dev preferred off)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    items = [it for it in load_items() if it.split in ("train", "dev")]  # never the test split
+    items = [it for it in load_items() if it.split in ("train", "dev")]  # train/dev; never test4/test5
     verifier = Verifier()
     verifier.load()
     encoder = TokenEncoder(threads=1)

@@ -134,7 +134,7 @@ OPTIONS: list[Option] = [
     _opt(("--verifier",), "verifier", parse_choice(*VERIFIERS),
          "how a similarity hit is checked: guard (default) | aligned | learned (most paraphrases served;"
          " use with --cache-threshold 0.65) | cross (hard checks + a cross-encoder; use with"
-         " --cache-threshold 0.65)"),
+         " --cache-threshold 0.65, its weights' floor)"),
     _opt(("--cache-ttl",), "cache_ttl_s", parse_float(), "seconds a cached answer lives"),
     _opt(("--ollama-url",), "ollama_url", parse_text, "Ollama URL for the ollama backend and embedding fallback"),
     _opt(("--embed-backend",), "embed_backend", parse_choice(*EMBED_BACKENDS), "auto | pion | sie | ollama | none"),
