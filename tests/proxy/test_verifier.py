@@ -116,3 +116,25 @@ def test_eval_set_is_large_split_by_domain_family_and_covers_every_trap_kind() -
         assert {c for s, c in cats if s == split} == {"paraphrase", "entity_swap", "negation", "numbers_dates",
                                                       "scope_change"}
     assert {c["category"] for c in convs} == {"paraphrase", "other_context"}
+
+
+@pytest.mark.parametrize("cached, query", [
+    ("I'm moving house, how do I tell Vantor?", "how do i tell vantor about my house move"),
+    ("What are Quellby's opening hours on Sundays?", "quellby sunday hours"),
+    ("How do I cancel my Vantor membership online?", "Can I end my Vantor Gym membership on the website?"),
+    ("What time does the Orrin Library open?", "When does the Orrin library open?"),
+    ("I want a heat pump for my flat What's the price?", "I'm planning a heat pump for my flat Yes please How much is it?"),
+])
+def test_names_written_differently_or_with_their_kind_beside_them_are_one_name(
+        verifier: Verifier, cached: str, query: str) -> None:
+    assert verifier.hard_check(query, cached) == Verdict(True)
+
+
+@pytest.mark.parametrize("cached, query", [
+    ("How do I cancel my Vantor membership online?", "How do I cancel my Vantor Max membership online?"),
+    ("What time does Quellby open?", "What time does the Quellby Library in Dunmore open?"),
+    ("Can I bring a guest to Vantor?", "Can I bring a guest to Orrin?"),
+])
+def test_a_name_the_other_question_lacks_still_refuses_unless_it_is_the_places_kind(
+        verifier: Verifier, cached: str, query: str) -> None:
+    assert (verifier.hard_check(query, cached).ok, verifier.hard_check(query, cached).reason) == (False, "entity")

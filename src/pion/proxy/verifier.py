@@ -54,11 +54,22 @@ _ONE_COMPOUND = re.compile(r"\bone-\w", re.IGNORECASE)  # one-way, one-time: a r
 _FROM = re.compile(r"\bfrom (?:the |my |a )?(\w+)", re.IGNORECASE)
 _TO = re.compile(r"\b(?:to|into) (?:the |my |a )?(\w+)", re.IGNORECASE)
 # Words whose capital letter names a day/month or the speaker, not an entity.
-_NOT_ENTITIES = frozenset({"I", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
-                           "Sunday", "January", "February", "March", "April", "May", "June", "July",
-                           "August", "September", "October", "November", "December", "Is", "Are",
-                           "Do", "Does", "Can", "How", "What", "Why", "Where", "When", "Which", "Will",
-                           "Please", "My", "The", "Hi", "Hello", "Thanks", "Okay", "Sure"})
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_NOT_ENTITIES = frozenset({"I", *_DAYS, *(d + "s" for d in _DAYS), "January", "February", "March",
+                           "April", "May", "June", "July", "August", "September", "October",
+                           "November", "December", "Is", "Are", "Do", "Does", "Can", "How", "What",
+                           "Why", "Where", "When", "Which", "Will", "Please", "My", "The", "Hi",
+                           "Hello", "Thanks", "Okay", "Sure",
+                           # The speaker and the openers of a turn: a conversation's resolved
+                           # text joins its user turns without punctuation ("... my roof Yes
+                           # please What's the rate"), so a turn's first word looks mid-sentence.
+                           "I'm", "I've", "I'll", "I'd", "Yes", "No", "Yeah", "Yep", "Nope", "Ok",
+                           "Also", "And", "But", "So", "Then", "Thank", "Got", "What's", "How's",
+                           "Where's", "When's", "Who's", "It's", "That's", "There's", "Here's"})
+# A name's kind said beside it ("IronLoop Gym", "the Ashford Library") is the same entity as
+# the bare name: a one-sided capitalised word is dropped when it is a common noun for a
+# place or an organisation (WordNet hypernyms, not a hand list) written next to a shared name.
+_KIND_OF_NAMED = ("establishment", "facility", "organization", "structure")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +128,11 @@ def _squashed(text: str) -> str:
 
 
 def _name_found(name: str, other: str) -> bool:
-    """The name is written in ``other`` too, in any case, spacing or possessive."""
-    return name in other.lower() or (len(name) >= 4 and _squashed(name) in _squashed(other))
+    """The name is written in ``other`` too, in any case, spacing, possessive or number
+    ("Saturdays" / "saturday")."""
+    singular = name[:-1] if len(name) >= 4 and name.endswith("s") else name
+    return (name in other.lower() or (len(name) >= 4 and _squashed(name) in _squashed(other))
+            or re.search(rf"\b{re.escape(singular)}s?\b", other, re.IGNORECASE) is not None)
 
 
 def _name_as_modifier(name: str, text: str, other: str) -> bool:
@@ -130,6 +144,16 @@ def _name_as_modifier(name: str, text: str, other: str) -> bool:
         if re.search(rf"\b(?:my|the|our|your) {re.escape(head)}\b", other, re.IGNORECASE):
             return True
     return False
+
+
+def _kind_beside_name(word: str, text: str, shared: set[str], lexicon: WordNetLexicon) -> bool:
+    """``word`` ("gym") is the kind of a name both questions share, written beside it
+    ("IronLoop Gym", "Gym IronLoop"), not a name of its own."""
+    if not lexicon.loaded or not any(lexicon.descends_from(word, kind) for kind in _KIND_OF_NAMED):
+        return False
+    tokens = [_POSSESSIVE.sub("", t.lower()) for t in re.findall(r"[\w'\u2019&.-]+", text)]
+    return any(t == word and ((k > 0 and tokens[k - 1] in shared) or (k + 1 < len(tokens) and tokens[k + 1] in shared))
+               for k, t in enumerate(tokens))
 
 
 def _without_soft_facts(q: guard.QuestionFacts, c: guard.QuestionFacts,
@@ -217,8 +241,11 @@ class Verifier:
         if dq and dc and dq != dc and set(dq) == set(dc):
             return Verdict(False, "negation", f"direction differs: {dq[0]} -> {dq[1]} vs {dc[0]} -> {dc[1]}")
         eq, ec = _entities(query), _entities(cached)
-        only_q = [e for e in eq - ec if not _name_found(e, cached)]
-        only_c = [e for e in ec - eq if not _name_found(e, query)]
+        shared = eq & ec
+        only_q = [e for e in eq - ec if not _name_found(e, cached)
+                  and not _kind_beside_name(e, query, shared, self.lexicon)]
+        only_c = [e for e in ec - eq if not _name_found(e, query)
+                  and not _kind_beside_name(e, cached, shared, self.lexicon)]
         if only_q and only_c:
             return Verdict(False, "entity", f"names differ: {sorted(eq)} vs {sorted(ec)}")
         one_sided, text, other = (only_q, query, cached) if only_q else (only_c, cached, query)
