@@ -124,6 +124,7 @@ def test_eval_set_is_large_split_by_domain_family_and_covers_every_trap_kind() -
     ("How do I cancel my Vantor membership online?", "Can I end my Vantor Gym membership on the website?"),
     ("What time does the Orrin Library open?", "When does the Orrin library open?"),
     ("I want a heat pump for my flat What's the price?", "I'm planning a heat pump for my flat Yes please How much is it?"),
+    ("I ordered from Quellby an hour ago can I cancel?", "My Quellby order was an hour ago This is too slow Am I able to cancel?"),
 ])
 def test_names_written_differently_or_with_their_kind_beside_them_are_one_name(
         verifier: Verifier, cached: str, query: str) -> None:

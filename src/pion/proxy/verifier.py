@@ -65,7 +65,13 @@ _NOT_ENTITIES = frozenset({"I", *_DAYS, *(d + "s" for d in _DAYS), "January", "F
                            # please What's the rate"), so a turn's first word looks mid-sentence.
                            "I'm", "I've", "I'll", "I'd", "Yes", "No", "Yeah", "Yep", "Nope", "Ok",
                            "Also", "And", "But", "So", "Then", "Thank", "Got", "What's", "How's",
-                           "Where's", "When's", "Who's", "It's", "That's", "There's", "Here's"})
+                           "Where's", "When's", "Who's", "It's", "That's", "There's", "Here's",
+                           # closed-class words that open a turn ("This is taking too long",
+                           # "Am I able to ...")
+                           "This", "That", "These", "Those", "It", "Its", "We", "Our", "You",
+                           "Your", "He", "She", "They", "Their", "His", "Her", "There", "Am",
+                           "Was", "Were", "Has", "Have", "Had", "Should", "Could", "Would", "Did",
+                           "Any", "Some", "Just", "Now", "Or", "If"})
 # A name's kind said beside it ("IronLoop Gym", "the Ashford Library") is the same entity as
 # the bare name: a one-sided capitalised word is dropped when it is a common noun for a
 # place or an organisation (WordNet hypernyms, not a hand list) written next to a shared name.
