@@ -236,6 +236,9 @@ def main() -> None:
     parser.add_argument("--rehard", action="store_true",
                         help="with --analyse: re-run the hard checks of the current code on the cached folds")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--epoch", type=int, default=None,
+                        help="choose the rule for this epoch only (the epoch count the shipped model was "
+                             "trained for); default: the best epoch")
     parser.add_argument("--json", type=Path, default=None, help="write the chosen rule and per-fold rates here")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -272,6 +275,8 @@ def main() -> None:
                                         f"rule {best[0]} (floor:learned:threshold), objective {best[1]:.3f}")
               + "; each fold alone: " + ", ".join(f"{f.name.split()[0]} {'-' if o is None else o[0]}"
                                                  for f, o in zip(folds, oracles, strict=True)))
+        if args.epoch is not None and epoch + 1 != args.epoch:
+            continue  # printed for comparison; the rule is for the shipped model's epoch
         if best is not None and (chosen is None or best[1] > chosen[2] + 1e-9):
             chosen = (epoch, best[0], best[1])
     if chosen is None:
