@@ -4,7 +4,7 @@
     python benchmarks/train_l1_cross_encoder.py --grid 6:1,6:2  # compare depths on dev (prints only)
     python benchmarks/train_l1_cross_encoder.py --layers 4 --trained 1 --dry-run
     python benchmarks/train_l1_cross_encoder.py --train-splits train dev test test2 test3 \
-        --rule 0.65:0.178:0.5                    # sixth round: all spent data, the CV-chosen rule
+        --rule 0.65:0.178:0.66                   # sixth round: all spent data, the CV-chosen rule
 
 Seeded, CPU, minutes. Which split decides what. Since the sixth round of issue 18 the
 splits ``test``, ``test2`` and ``test3`` are *spent* (scored once each, then opened for
