@@ -39,10 +39,14 @@ def check_splits(splits: Sequence[str]) -> None:
                          f"this tool reads only {list(SPENT)}")
 
 
-def _verdicts(splits: Sequence[str]) -> list[dict[str, object]]:
+def _verdicts(splits: Sequence[str], src: str) -> list[dict[str, object]]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from semantic_cache_eval import load_items
+    from semantic_cache_eval import load_items  # puts this tree's src first on the path
 
+    # the verifier under test comes from ``src`` (this tree's, or the --before-src tree's)
+    for name in [m for m in sys.modules if m == "pion" or m.startswith("pion.")]:
+        del sys.modules[name]
+    sys.path.insert(0, src)
     from pion.proxy.verifier import Verifier
 
     verifier = Verifier()
@@ -98,20 +102,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--splits", nargs="+", default=list(SPENT))
     parser.add_argument("--before-src", help="the src directory of the code to compare against (e.g. main's)")
-    parser.add_argument("--dump", action="store_true", help="print this tree's verdicts as JSON (used for --before-src)")
+    parser.add_argument("--dump", help="print the verdicts of the code in this src directory as JSON (for --before-src)")
     parser.add_argument("--show", help="list the verdicts that changed on this spent split")
     args = parser.parse_args()
     check_splits(args.splits + ([args.show] if args.show else []))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.dump:
-        json.dump(_verdicts(args.splits), sys.stdout)
+        json.dump(_verdicts(args.splits, args.dump), sys.stdout)
         return
-    sys.path.insert(0, str(ROOT / "src"))
-    after = _verdicts(args.splits)
+    after = _verdicts(args.splits, str(ROOT / "src"))
     if args.before_src:
-        env = dict(os.environ, PYTHONPATH=args.before_src)
-        proc = subprocess.run([sys.executable, __file__, "--dump", "--splits", *args.splits],
-                              env=env, check=True, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, __file__, "--dump", args.before_src, "--splits", *args.splits],
+                              check=True, capture_output=True, text=True)
         before = json.loads(proc.stdout)
     else:
         before = after

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from pion.proxy.quantities import canonical
 
@@ -70,6 +71,7 @@ _TIME_WORDS = frozenset({
     "noon", "midnight", "weekend", "weekday", "week", "month", "year", "quarter", "decade",
     "century", "spring", "summer", "autumn", "fall", "winter", "now", "currently",
     "recently", "daily", "weekly", "monthly", "yearly", "annually", "holiday", "holidays",
+    "perhour", "perday", "perweek", "permonth", "peryear",  # quantities.canonical: "monthly" / "each month"
 })
 _TIME_MODIFIERS = frozenset({"this", "next", "last", "past", "previous", "coming", "current"})
 
@@ -151,6 +153,21 @@ def _stem(word: str) -> str:
 _ANTONYMS = frozenset(frozenset((_stem(a), _stem(b))) for a, b in _ANTONYM_WORDS)
 
 
+# after "last" as a verb ("how long does rice last in the fridge", "does the battery last?")
+_AFTER_VERB_LAST = frozenset({"", "in", "for", "on", "after", "before", "through", "until", "till", "with",
+                              "without", "if", "when", "once", "per", "longer", "long", "up", "outside",
+                              "unopened", "opened", "frozen"})
+
+
+def _verb_last(prev: str, nxt: str) -> bool:
+    """"last" is the verb (to keep, to hold out), not the ordinal, when no determiner comes
+    before it and the question ends or a preposition follows (issue 18, sixth round)."""
+    return prev not in _DETERMINERS_LAST and nxt in _AFTER_VERB_LAST
+
+
+_DETERMINERS_LAST = frozenset({"the", "my", "your", "his", "her", "our", "their", "its", "this", "that", "a"})
+
+
 def extract(text: str) -> QuestionFacts:
     """The numbers, time expressions, negation count and content stems of ``text``."""
     tokens = _tokens(text)
@@ -169,7 +186,7 @@ def extract(text: str) -> QuestionFacts:
             numbers.append("#" + m.group(1) if m else tok)
         elif tok in _NUMBER_WORDS:
             numbers.append(_NUMBER_WORDS[tok])
-        elif tok in _ORDINALS and not (tok == "last" and nxt in _TIME_WORDS):
+        elif tok in _ORDINALS and not (tok == "last" and (nxt in _TIME_WORDS or _verb_last(prev, nxt))):
             numbers.append("#" + _ORDINALS[tok])
         elif tok in _MONTHS or (tok == "may" and near_digit):
             times.add(_MONTHS.get(tok, "may"))
@@ -235,14 +252,87 @@ def _value(number: str) -> str:
     return number[1:] if number.startswith("#") and number[1:].isdigit() else number
 
 
+# A number token as (prefix tag, value, suffix tag): "usd500", "m5000", "w2", "ps5" carry a
+# prefix, "400mm", "24mp", "16s", "2k" a suffix, "4x8" / "ft4x8" a size (quantities.canonical).
+_NUMBER_PARTS = re.compile(r"^([a-z]*)(\d+(?:\.\d+)?(?:x\d+(?:\.\d+)?)?)([a-z]*)$")
+_YEAR = re.compile(r"^(?:19|20)\d\d$")
+
+
+def _readings(number: str) -> list[tuple[str, str]]:
+    """(tag, value) readings of one number token; tag "" is a bare number. "2k" also reads
+    as the bare 2000 ("2k" / "$2,000"); a suffix tag is kept apart from a prefix tag ("16s"
+    is not 16 seconds)."""
+    m = _NUMBER_PARTS.match(number)
+    if m is None:
+        return [(number, "")]
+    prefix, value, suffix = m.groups()
+    tag = prefix if not suffix else f"{prefix}-{suffix}"
+    readings = [(tag, _plain(value))]
+    if suffix == "k" and not prefix and "x" not in value:
+        readings.append(("", _plain(str(Decimal(value) * 1000))))
+    return readings
+
+
+def _plain(value: str) -> str:
+    """"2.0" and "2" are one value; sizes ("4x8") are kept as written."""
+    if "x" in value:
+        return value
+    d = Decimal(value)
+    return format(d.quantize(Decimal(1)) if d == d.to_integral() else d.normalize(), "f")
+
+
+def same_number(a: str, b: str) -> bool:
+    """One fact in two spellings: the same token, or the same value where one side gives the
+    unit, currency or code letter and the other gives the bare number ("$500" / "500",
+    "W-2" / "2", "200°C" / "200", "2k" / "$2,000", "5K" / "5 km"). Two different tags
+    never meet ("$500" / "€500", "W-2" / "W-4", "2 kg" / "2 lb")."""
+    if a == b:
+        return True
+    for ta, va in _readings(a):
+        for tb, vb in _readings(b):
+            if va == vb and (ta == tb or not ta or not tb):
+                return True
+    return False
+
+
+def _kind(number: str) -> str:
+    """Which sequence a value's order is compared within: a year, a tagged amount/code of one
+    tag, or the bare numbers. "2 kg at 190°C" and "190°C, 2 kg" are the same facts; "2 adults
+    and 3 kids" and "3 adults and 2 kids" are not."""
+    if _YEAR.match(number):
+        return "year"
+    m = _NUMBER_PARTS.match(number)
+    return number if m is None else f"{m.group(1)}-{m.group(3)}"
+
+
+def _matched(query: tuple[str, ...], cached: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``query``'s numbers written as ``cached`` writes them, or None if one side has a
+    value the other lacks."""
+    out = []
+    for n in query:
+        if n in cached:
+            out.append(n)
+            continue
+        match = next((c for c in cached if same_number(n, c)), None)
+        if match is None:
+            return None
+        out.append(match)
+    if any(c not in out for c in cached):
+        return None
+    return tuple(out)
+
+
 def check_structure(query: QuestionFacts, cached: QuestionFacts) -> GuardVerdict:
     """Rules 1-3 only (numbers, dates/times, negation count): the hard checks the learned
     verifier (``verifier.py``) keeps, without the content-word rule it replaces."""
     qn, cn = tuple(_value(n) for n in query.numbers), tuple(_value(n) for n in cached.numbers)
-    if sorted(set(qn)) != sorted(set(cn)):
+    matched = _matched(qn, cn)
+    if matched is None:
         return GuardVerdict(False, f"numbers differ: {list(query.numbers)} vs {list(cached.numbers)}")
-    if len(set(qn)) > 1 and _dedup(qn) != _dedup(cn):
-        return GuardVerdict(False, "numbers in another order")
+    for kind in {_kind(n) for n in cn}:
+        q_kind, c_kind = [n for n in matched if _kind(n) == kind], [n for n in cn if _kind(n) == kind]
+        if len(set(c_kind)) > 1 and _dedup(tuple(q_kind)) != _dedup(tuple(c_kind)):
+            return GuardVerdict(False, "numbers in another order")
     if query.times != cached.times:
         return GuardVerdict(False, f"dates/times differ: {sorted(query.times)} vs {sorted(cached.times)}")
     if query.negations != cached.negations:
