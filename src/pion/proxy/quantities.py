@@ -86,9 +86,14 @@ _UNIT_CANONICAL: dict[str, str] = {}
 for _unit, _entry in _UNIT_TABLE.items():
     _UNIT_CANONICAL[_unit] = next(u for u in _UNIT_TABLE if _UNIT_TABLE[u] == _entry)
 UNIT_NAMES = frozenset(_UNIT_TABLE)  # for verifier.py: "TB" / "USD" are units, not names
+UNIT_TAGS = {name: tag for name, (tag, _) in _UNIT_TABLE.items() if len(name) > 1}  # "hours" -> s
+# base-unit tag -> the factors of its units: a bare "40" on one side is "40 hours" (s144000)
+UNIT_FACTORS: dict[str, frozenset[Fraction]] = {}
+for _tag, _factor in _UNIT_TABLE.values():
+    UNIT_FACTORS[_tag] = UNIT_FACTORS.get(_tag, frozenset()) | {_factor}
 # "a kilo", "an hour": one of a unit; not "a week"/"a day" (a time span) nor one-letter units
 _A_UNIT = re.compile(r"\ban? (?=(?:%s)\b)" % "|".join(
-    sorted((u for u in _UNIT_TABLE if len(u) > 2 and u not in ("day", "days", "week", "weeks", "second", "year", "years")),
+    sorted((u for u in _UNIT_TABLE if len(u) > 2 and u not in ("day", "days", "week", "weeks", "second", "year", "years", "meter")),
            key=len, reverse=True)))
 _NUMBER = r"\d+(?:\.\d+)?"
 _AMOUNT_UNIT = re.compile(rf"\b({_NUMBER})[ -]?({_UNIT_NAMES})\b")
@@ -114,7 +119,7 @@ _FALL = re.compile(r"(?<=\bin )fall\b|(?<=\bthe )fall\b|(?<=\bthis )fall\b|(?<=\
 _MERIDIEM = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s?([ap])\.?m\b\.?")
 _PART_OF_DAY = re.compile(
     r"\b(?:(half|quarter) (past|to) )?(\d{1,2})(?::(\d{2}))?(?: o'?clock)? "
-    r"(in the morning|in the afternoon|in the evening|at night|tonight)\b")
+    r"(in the morning|in the afternoon|in the evening|at night|tonight|this morning|this afternoon|this evening)\b")
 _CLOCK_24 = re.compile(r"\b([01]?\d|2[0-3]):([0-5]\d)\b")
 _NOON = re.compile(r"\b(?:noon|midday)\b")
 _MIDNIGHT = re.compile(r"\bmidnight\b")
@@ -139,7 +144,7 @@ _DIMENSIONS = re.compile(rf"\b(\d+(?:\.\d+)?)(?: ?({_UNIT_NAMES}))? ?(x|by|×) ?
 _PERIOD_ADVERBS = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month", "yearly": "year",
                    "annually": "year", "annual": "year"}
 _PERIOD = re.compile(r"\b(hourly|daily|weekly|monthly|yearly|annually|annual)\b"
-                     r"|(?<!\bfor )(?<!\bin )(?<!\bwithin )(?<!\bafter )\b(?:per|each|every|an?) (hour|day|week|month|year)\b"
+                     r"|(?<!\bfor )(?<!\bwithin )(?<!\bafter )\b(?:per|each|every|an?) (hour|day|week|month|year)\b"
                      r"|\b(hour|day|week|month|year) by \3\b")
 _OF_THE_MONTH = re.compile(r"\b(\d{1,2}(?:st|nd|rd|th)) of the month\b")
 _ABBREVIATIONS = [(re.compile(r"\b(?:tmrw|tmr|tmw|tmrrw)\b"), "tomorrow")]
@@ -236,8 +241,10 @@ def _times(text: str) -> str:
             if m.group(2) == "to":
                 hour, minute = hour - 1, 60 - minute
         part = m.group(5)
-        pm = part in ("in the afternoon", "in the evening", "tonight") or (part == "at night" and hour >= 6)
-        return _clock(hour % 12 + (12 if pm else 0), minute)
+        pm = part in ("in the afternoon", "in the evening", "tonight", "this afternoon", "this evening") or (
+            part == "at night" and hour >= 6)
+        today = " today " if part.startswith("this") or part == "tonight" else ""
+        return _clock(hour % 12 + (12 if pm else 0), minute) + today
 
     text = _PART_OF_DAY.sub(part_of_day, text)
     text = _MERIDIEM.sub(meridiem, text)
