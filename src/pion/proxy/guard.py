@@ -155,7 +155,8 @@ def _stem(word: str) -> str:
 _ANTONYMS = frozenset(frozenset((_stem(a), _stem(b))) for a, b in _ANTONYM_WORDS)
 
 
-_VERB_FORMS = frozenset({"falls", "falling", "fell"})  # "payday falls on a holiday"; the season is "autumn"
+# "payday falls on a holiday" (the season is "autumn"), "two weeks of nights" (a count, not the time of day)
+_VERB_FORMS = frozenset({"falls", "falling", "fell", "nights"})
 _DEICTIC_DAYS = frozenset({"today", "tomorrow", "yesterday", "tonight"})  # "coming tomorrow" is tomorrow
 _WEEKDAYS = frozenset({"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"})
 _TODAY_PARTS = frozenset({"tonight", "this:evening", "this:morning", "this:afternoon", "this:night"})

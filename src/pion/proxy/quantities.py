@@ -71,7 +71,7 @@ for _names, _tag, _factor in (
     (("sec", "secs", "second", "seconds"), "s", Fraction(1)),
     (("min", "mins", "minute", "minutes"), "s", Fraction(60)),
     (("hr", "hrs", "hour", "hours"), "s", Fraction(3600)),
-    (("day", "days"), "s", Fraction(86400)),
+    (("day", "days", "night", "nights"), "s", Fraction(86400)),  # "a 14-night stay" / "two weeks"
     (("week", "weeks", "wk", "wks"), "s", Fraction(7 * 86400)),
     (("year", "years", "yr", "yrs"), "yr", Fraction(1)),  # an age or a term, never converted to days
     (("dollar", "dollars", "usd", "bucks"), "usd", Fraction(1)),
@@ -93,7 +93,7 @@ for _tag, _factor in _UNIT_TABLE.values():
     UNIT_FACTORS[_tag] = UNIT_FACTORS.get(_tag, frozenset()) | {_factor}
 # "a kilo", "an hour": one of a unit; not "a week"/"a day" (a time span) nor one-letter units
 _A_UNIT = re.compile(r"\ban? (?=(?:%s)\b)" % "|".join(
-    sorted((u for u in _UNIT_TABLE if len(u) > 2 and u not in ("day", "days", "week", "weeks", "second", "year", "years", "meter")),
+    sorted((u for u in _UNIT_TABLE if len(u) > 2 and u not in ("day", "days", "night", "nights", "week", "weeks", "second", "year", "years", "meter")),
            key=len, reverse=True)))
 _NUMBER = r"\d+(?:\.\d+)?"
 _AMOUNT_UNIT = re.compile(rf"\b({_NUMBER})[ -]?({_UNIT_NAMES})\b")
@@ -210,7 +210,7 @@ def _fmt(value: Fraction) -> str:
 def _amounts(text: str) -> str:
     def with_unit(m: re.Match[str]) -> str:
         tag, factor = _UNIT_TABLE[m.group(2)]
-        if tag == "s" and m.group(2) in ("day", "days", "week", "weeks") and "." in m.group(1):
+        if tag == "s" and m.group(2) in ("day", "days", "night", "nights", "week", "weeks") and "." in m.group(1):
             return m.group(0)
         return f"{tag}{_fmt(Fraction(m.group(1)) * factor)}"
 
