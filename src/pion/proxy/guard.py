@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 
-from pion.proxy.quantities import canonical
+from pion.proxy.quantities import UNIT_FACTORS, UNIT_TAGS, canonical
 
 _CONTRACTIONS = [
     (r"\bcan't\b", "can not"), (r"\bwon't\b", "will not"), (r"\bshan't\b", "shall not"),
@@ -70,6 +72,7 @@ _TIME_WORDS = frozenset({
     "noon", "midnight", "weekend", "weekday", "week", "month", "year", "quarter", "decade",
     "century", "spring", "summer", "autumn", "fall", "winter", "now", "currently",
     "recently", "daily", "weekly", "monthly", "yearly", "annually", "holiday", "holidays",
+    "perhour", "perday", "perweek", "permonth", "peryear",  # quantities.canonical: "monthly" / "each month"
 })
 _TIME_MODIFIERS = frozenset({"this", "next", "last", "past", "previous", "coming", "current"})
 
@@ -124,6 +127,7 @@ class QuestionFacts:
     times: frozenset[str]
     negations: int
     content: frozenset[str]
+    units: frozenset[str] = frozenset()  # base tags of unit words written without an amount ("hours")
 
 
 def _tokens(text: str) -> list[str]:
@@ -151,6 +155,27 @@ def _stem(word: str) -> str:
 _ANTONYMS = frozenset(frozenset((_stem(a), _stem(b))) for a, b in _ANTONYM_WORDS)
 
 
+# "payday falls on a holiday" (the season is "autumn"), "two weeks of nights" (a count, not the time of day)
+_VERB_FORMS = frozenset({"falls", "falling", "fell", "nights"})
+_DEICTIC_DAYS = frozenset({"today", "tomorrow", "yesterday", "tonight"})  # "coming tomorrow" is tomorrow
+_WEEKDAYS = frozenset({"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"})
+_TODAY_PARTS = frozenset({"tonight", "this:evening", "this:morning", "this:afternoon", "this:night"})
+
+# after "last" as a verb ("how long does rice last in the fridge", "does the battery last?")
+_AFTER_VERB_LAST = frozenset({"", "in", "for", "on", "after", "before", "through", "until", "till", "with",
+                              "without", "if", "when", "once", "per", "longer", "long", "up", "outside",
+                              "unopened", "opened", "frozen"})
+
+
+def _verb_last(prev: str, nxt: str) -> bool:
+    """"last" is the verb (to keep, to hold out), not the ordinal, when no determiner comes
+    before it and the question ends or a preposition follows (issue 18, sixth round)."""
+    return prev not in _DETERMINERS_LAST and nxt in _AFTER_VERB_LAST
+
+
+_DETERMINERS_LAST = frozenset({"the", "my", "your", "his", "her", "our", "their", "its", "this", "that", "a"})
+
+
 def extract(text: str) -> QuestionFacts:
     """The numbers, time expressions, negation count and content stems of ``text``."""
     tokens = _tokens(text)
@@ -158,6 +183,7 @@ def extract(text: str) -> QuestionFacts:
     times: set[str] = set()
     negations = 0
     content: set[str] = set()
+    units: set[str] = set()
     for i, tok in enumerate(tokens):
         prev = tokens[i - 1] if i else ""
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
@@ -169,22 +195,30 @@ def extract(text: str) -> QuestionFacts:
             numbers.append("#" + m.group(1) if m else tok)
         elif tok in _NUMBER_WORDS:
             numbers.append(_NUMBER_WORDS[tok])
-        elif tok in _ORDINALS and not (tok == "last" and nxt in _TIME_WORDS):
+        elif tok in _ORDINALS and not (tok == "last" and (nxt in _TIME_WORDS or _verb_last(prev, nxt))):
             numbers.append("#" + _ORDINALS[tok])
         elif tok in _MONTHS or (tok == "may" and near_digit):
             times.add(_MONTHS.get(tok, "may"))
-        elif tok in ("am", "pm") and near_digit:
+        elif tok in ("am", "pm") and near_digit and not (tok == "am" and prev == "i"):
             times.add(tok)
-        elif _stem(tok) in _TIME_WORDS or tok in _TIME_WORDS:
+        elif (_stem(tok) in _TIME_WORDS or tok in _TIME_WORDS) and tok not in _VERB_FORMS:
             word = tok if tok in _TIME_WORDS else _stem(tok)
-            times.add(f"{prev}:{word}" if prev in _TIME_MODIFIERS else word)
+            modified = prev in _TIME_MODIFIERS and word not in _DEICTIC_DAYS and not (
+                prev == "this" and word in _WEEKDAYS)  # "this Saturday" is Saturday
+            times.add(f"{prev}:{word}" if modified else word)
         elif tok in _NEGATORS:
             negations += 1
         elif tok in _TIME_MODIFIERS and nxt in _TIME_WORDS:
             continue
         elif tok not in _STOPWORDS and len(tok) > 1:
             content.add(_stem(tok))
-    return QuestionFacts(tuple(numbers), frozenset(times), negations, frozenset(content))
+            if tok in UNIT_TAGS:
+                units.add(UNIT_TAGS[tok])
+    if any(_CANONICAL_TIME.match(t) for t in times) and times & _TODAY_PARTS:
+        times = (times - _TODAY_PARTS) | {"today"}  # "7pm tonight" / "7pm today"
+    if "year" in times and any(_YEAR.match(n) for n in numbers):
+        times.discard("year")  # "tax year 2025" / "in 2025"
+    return QuestionFacts(tuple(numbers), frozenset(times), negations, frozenset(content), frozenset(units))
 
 
 def content_words(text: str) -> list[str]:
@@ -235,14 +269,103 @@ def _value(number: str) -> str:
     return number[1:] if number.startswith("#") and number[1:].isdigit() else number
 
 
+# A number token as (prefix tag, value, suffix tag): "usd500", "m5000", "w2", "ps5" carry a
+# prefix, "400mm", "24mp", "16s", "2k" a suffix, "4x8" / "ft4x8" a size (quantities.canonical).
+_NUMBER_PARTS = re.compile(r"^([a-z]*)(\d+(?:\.\d+)?(?:x\d+(?:\.\d+)?)?)([a-z]*)$")
+_YEAR = re.compile(r"^(?:19|20)\d\d$")
+
+
+def _readings(number: str) -> list[tuple[str, str]]:
+    """(tag, value) readings of one number token; tag "" is a bare number. "2k" also reads
+    as the bare 2000 ("2k" / "$2,000"); a suffix tag is kept apart from a prefix tag ("16s"
+    is not 16 seconds)."""
+    m = _NUMBER_PARTS.match(number)
+    if m is None:
+        return [(number, "")]
+    prefix, value, suffix = m.groups()
+    tag = prefix if not suffix else f"{prefix}-{suffix}"
+    readings = [(tag, _plain(value))]
+    if suffix == "k" and not prefix and "x" not in value:
+        readings.append(("", _plain(str(Decimal(value) * 1000))))
+    return readings
+
+
+def _plain(value: str) -> str:
+    """"2.0" and "2" are one value; sizes ("4x8") are kept as written."""
+    if "x" in value:
+        return value
+    d = Decimal(value)
+    return format(d.quantize(Decimal(1)) if d == d.to_integral() else d.normalize(), "f")
+
+
+def same_number(a: str, b: str, units_a: frozenset[str] = frozenset(), units_b: frozenset[str] = frozenset()) -> bool:
+    """One fact in two spellings: the same token, or the same value where one side gives the
+    unit, currency or code letter and the other gives the bare number ("$500" / "500",
+    "W-2" / "2", "200°C" / "200", "2k" / "$2,000", "5K" / "5 km"). Two different tags
+    never meet ("$500" / "€500", "W-2" / "W-4", "2 kg" / "2 lb"). A bare number is also the
+    amount in another unit of that kind when its own side names such a unit elsewhere ("hours
+    over 40" / "40 hours"; ``units_a``/``units_b``: the unit tags each side names without an
+    amount), never otherwise ("2 nights" is not "2 weeks")."""
+    if a == b:
+        return True
+    for ta, va in _readings(a):
+        for tb, vb in _readings(b):
+            if va == vb and (ta == tb or not ta or not tb):
+                return True
+            if not ta and tb and tb in units_a and _in_some_unit(va, tb, vb):
+                return True
+            if not tb and ta and ta in units_b and _in_some_unit(vb, ta, va):
+                return True
+    return False
+
+
+def _in_some_unit(bare: str, tag: str, amount: str) -> bool:
+    """The bare number is the amount written in one of the tag's units: "over 40" / "40
+    hours" (s144000), "5" / "5 km" (m5000)."""
+    if "x" in bare or "x" in amount or tag not in UNIT_FACTORS:
+        return False
+    return any(Fraction(bare) * f == Fraction(amount) for f in UNIT_FACTORS[tag])
+
+
+def _kind(number: str) -> str:
+    """Which sequence a value's order is compared within: a year, a tagged amount/code of one
+    tag, or the bare numbers. "2 kg at 190°C" and "190°C, 2 kg" are the same facts; "2 adults
+    and 3 kids" and "3 adults and 2 kids" are not."""
+    if _YEAR.match(number):
+        return "year"
+    m = _NUMBER_PARTS.match(number)
+    return number if m is None else f"{m.group(1)}-{m.group(3)}"
+
+
+def _matched(query: tuple[str, ...], cached: tuple[str, ...], units_q: frozenset[str] = frozenset(),
+             units_c: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
+    """``query``'s numbers written as ``cached`` writes them, or None if one side has a
+    value the other lacks."""
+    out = []
+    for n in query:
+        if n in cached:
+            out.append(n)
+            continue
+        match = next((c for c in cached if same_number(n, c, units_q, units_c)), None)
+        if match is None:
+            return None
+        out.append(match)
+    if any(c not in out for c in cached):
+        return None
+    return tuple(out)
+
+
 def check_structure(query: QuestionFacts, cached: QuestionFacts) -> GuardVerdict:
     """Rules 1-3 only (numbers, dates/times, negation count): the hard checks the learned
     verifier (``verifier.py``) keeps, without the content-word rule it replaces."""
     qn, cn = tuple(_value(n) for n in query.numbers), tuple(_value(n) for n in cached.numbers)
-    if sorted(set(qn)) != sorted(set(cn)):
+    matched = _matched(qn, cn, query.units, cached.units)
+    if matched is None:
         return GuardVerdict(False, f"numbers differ: {list(query.numbers)} vs {list(cached.numbers)}")
-    if len(set(qn)) > 1 and _dedup(qn) != _dedup(cn):
-        return GuardVerdict(False, "numbers in another order")
+    for kind in {_kind(n) for n in cn}:
+        q_kind, c_kind = [n for n in matched if _kind(n) == kind], [n for n in cn if _kind(n) == kind]
+        if len(set(c_kind)) > 1 and _dedup(tuple(q_kind)) != _dedup(tuple(c_kind)):
+            return GuardVerdict(False, "numbers in another order")
     if query.times != cached.times:
         return GuardVerdict(False, f"dates/times differ: {sorted(query.times)} vs {sorted(cached.times)}")
     if query.negations != cached.negations:

@@ -71,8 +71,9 @@ for _names, _tag, _factor in (
     (("sec", "secs", "second", "seconds"), "s", Fraction(1)),
     (("min", "mins", "minute", "minutes"), "s", Fraction(60)),
     (("hr", "hrs", "hour", "hours"), "s", Fraction(3600)),
-    (("day", "days"), "s", Fraction(86400)),
-    (("week", "weeks"), "s", Fraction(7 * 86400)),
+    (("day", "days", "night", "nights"), "s", Fraction(86400)),  # "a 14-night stay" / "two weeks"
+    (("week", "weeks", "wk", "wks"), "s", Fraction(7 * 86400)),
+    (("year", "years", "yr", "yrs"), "yr", Fraction(1)),  # an age or a term, never converted to days
     (("dollar", "dollars", "usd", "bucks"), "usd", Fraction(1)),
     (("euro", "euros", "eur"), "eur", Fraction(1)),
     (("gbp", "quid"), "gbp", Fraction(1)),
@@ -80,10 +81,19 @@ for _names, _tag, _factor in (
     for _name in _names:
         _UNIT_TABLE[_name] = (_tag, _factor)
 _UNIT_NAMES = "|".join(sorted(_UNIT_TABLE, key=len, reverse=True))
+# one written name per unit, for dimensions ("4 by 8 feet" -> ft4x8): the first name listed
+_UNIT_CANONICAL: dict[str, str] = {}
+for _unit, _entry in _UNIT_TABLE.items():
+    _UNIT_CANONICAL[_unit] = next(u for u in _UNIT_TABLE if _UNIT_TABLE[u] == _entry)
 UNIT_NAMES = frozenset(_UNIT_TABLE)  # for verifier.py: "TB" / "USD" are units, not names
+UNIT_TAGS = {name: tag for name, (tag, _) in _UNIT_TABLE.items() if len(name) > 1}  # "hours" -> s
+# base-unit tag -> the factors of its units: a bare "40" on one side is "40 hours" (s144000)
+UNIT_FACTORS: dict[str, frozenset[Fraction]] = {}
+for _tag, _factor in _UNIT_TABLE.values():
+    UNIT_FACTORS[_tag] = UNIT_FACTORS.get(_tag, frozenset()) | {_factor}
 # "a kilo", "an hour": one of a unit; not "a week"/"a day" (a time span) nor one-letter units
 _A_UNIT = re.compile(r"\ban? (?=(?:%s)\b)" % "|".join(
-    sorted((u for u in _UNIT_TABLE if len(u) > 2 and u not in ("day", "days", "week", "weeks", "second")),
+    sorted((u for u in _UNIT_TABLE if len(u) > 2 and u not in ("day", "days", "night", "nights", "week", "weeks", "second", "year", "years", "meter")),
            key=len, reverse=True)))
 _NUMBER = r"\d+(?:\.\d+)?"
 _AMOUNT_UNIT = re.compile(rf"\b({_NUMBER})[ -]?({_UNIT_NAMES})\b")
@@ -109,10 +119,35 @@ _FALL = re.compile(r"(?<=\bin )fall\b|(?<=\bthe )fall\b|(?<=\bthis )fall\b|(?<=\
 _MERIDIEM = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s?([ap])\.?m\b\.?")
 _PART_OF_DAY = re.compile(
     r"\b(?:(half|quarter) (past|to) )?(\d{1,2})(?::(\d{2}))?(?: o'?clock)? "
-    r"(in the morning|in the afternoon|in the evening|at night|tonight)\b")
+    r"(in the morning|in the afternoon|in the evening|at night|tonight|this morning|this afternoon|this evening)\b")
 _CLOCK_24 = re.compile(r"\b([01]?\d|2[0-3]):([0-5]\d)\b")
 _NOON = re.compile(r"\b(?:noon|midday)\b")
 _MIDNIGHT = re.compile(r"\bmidnight\b")
+
+# Issue 18, sixth round: spellings of one fact that the checks read as two.
+_CODE_HYPHEN = re.compile(r"\b([a-z]{1,3})-(\d{1,4})\b|\b(\d{1,4})-([a-z])\b")  # W-2 -> w2, 1040-X -> 1040x
+_CODE_PAREN = re.compile(r"\b(\d{3})\(([a-z])\)")  # 401(k) -> 401k
+_TEMPERATURE = re.compile(r"\b(\d+(?:\.\d+)?)(?: ?(?:°|º|degrees?) ?| ?(?=celsius|fahrenheit|centigrade)|(?=[cf]\b))"
+                          r"(c|f|celsius|fahrenheit|centigrade)\b")
+_CURRENCY_K = re.compile(r"([$€£])(\d+(?:\.\d+)?)k\b")  # $500k -> $500000
+_MEASURES = (r"cups?|teaspoons?|tsp|tablespoons?|tbsp|inch(?:es)?|pints?|gallons?|lit(?:re|er)s?|"
+             r"ml|mile|miles|pounds?|lbs?|kilos?|kg|hours?|days?|weeks?")
+_FRACTION = re.compile(rf"\b([1-7])/([2348])(?= (?:of an? )?(?:{_MEASURES})\b)")
+_FRACTION_WORD = re.compile(rf"\b(?:an?|1) (quarter|third|half)(?: of)?(?: an?)? (?=(?:{_MEASURES})\b)"
+                            rf"|\bhalf an? (?=(?:{_MEASURES})\b)")
+_AND_A_HALF = re.compile(r"\b(\d+) and a half\b")
+_MULTIPLIER = re.compile(r"\b(\d{1,2}(?:\.\d+)?) ?x\b(?! ?\d)|\b(\d+(?:\.\d+)?) times(?= (?:the|my|your|as|normal|"
+                         r"regular|base|usual|pay|rate|salary|wage))")
+_TIME_AND_A_HALF = re.compile(r"\btime and a half\b")
+# "4x8", "4 x 8 ft", "4 by 8 ft", "4 ft by 8 ft"; "by" only with a unit ("divide 10 by 2" is no size)
+_DIMENSIONS = re.compile(rf"\b(\d+(?:\.\d+)?)(?: ?({_UNIT_NAMES}))? ?(x|by|×) ?(\d+(?:\.\d+)?)(?: ?({_UNIT_NAMES}))?\b")
+_PERIOD_ADVERBS = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month", "yearly": "year",
+                   "annually": "year", "annual": "year"}
+_PERIOD = re.compile(r"\b(hourly|daily|weekly|monthly|yearly|annually|annual)\b"
+                     r"|(?<!\bfor )(?<!\bwithin )(?<!\bafter )\b(?:per|each|every|an?) (hour|day|week|month|year)\b"
+                     r"|\b(hour|day|week|month|year) by \3\b")
+_OF_THE_MONTH = re.compile(r"\b(\d{1,2}(?:st|nd|rd|th)) of the month\b")
+_ABBREVIATIONS = [(re.compile(r"\b(?:tmrw|tmr|tmw|tmrrw)\b"), "tomorrow")]
 
 
 def _words_value(words: list[str]) -> int | None:
@@ -175,7 +210,7 @@ def _fmt(value: Fraction) -> str:
 def _amounts(text: str) -> str:
     def with_unit(m: re.Match[str]) -> str:
         tag, factor = _UNIT_TABLE[m.group(2)]
-        if tag == "s" and m.group(2) in ("day", "days", "week", "weeks") and "." in m.group(1):
+        if tag == "s" and m.group(2) in ("day", "days", "night", "nights", "week", "weeks") and "." in m.group(1):
             return m.group(0)
         return f"{tag}{_fmt(Fraction(m.group(1)) * factor)}"
 
@@ -206,8 +241,10 @@ def _times(text: str) -> str:
             if m.group(2) == "to":
                 hour, minute = hour - 1, 60 - minute
         part = m.group(5)
-        pm = part in ("in the afternoon", "in the evening", "tonight") or (part == "at night" and hour >= 6)
-        return _clock(hour % 12 + (12 if pm else 0), minute)
+        pm = part in ("in the afternoon", "in the evening", "tonight", "this afternoon", "this evening") or (
+            part == "at night" and hour >= 6)
+        today = " today " if part.startswith("this") or part == "tonight" else ""
+        return _clock(hour % 12 + (12 if pm else 0), minute) + today
 
     text = _PART_OF_DAY.sub(part_of_day, text)
     text = _MERIDIEM.sub(meridiem, text)
@@ -233,6 +270,43 @@ def _dates(text: str) -> str:
     return _DAY_MONTH.sub(lambda m: day_token(m.group(2), m.group(1)) or m.group(0), text)
 
 
+def _spellings(text: str) -> str:
+    """Codes, temperatures, fractions, multipliers, dimensions and rates written one way
+    (issue 18, sixth round): "W-2"/"w2" -> w2, "401(k)" -> 401k, "200°C"/"200c"/"200 degrees
+    celsius" -> c200, "1/4 cup"/"a quarter cup" -> 0.25 cup, "1.5x"/"time and a half" -> x1.5,
+    "4 by 8 ft"/"4x8 foot" -> ft4x8, "monthly"/"per month"/"each month" -> permonth."""
+    for pattern, word in _ABBREVIATIONS:
+        text = pattern.sub(word, text)
+    text = _CODE_HYPHEN.sub(lambda m: f"{m.group(1)}{m.group(2)}" if m.group(1) else f"{m.group(3)}{m.group(4)}", text)
+    text = _CODE_PAREN.sub(r"\1\2", text)
+    text = _TEMPERATURE.sub(lambda m: f"{m.group(2)[0]}{m.group(1)}", text)
+    text = _CURRENCY_K.sub(lambda m: f"{m.group(1)}{_fmt(Fraction(m.group(2)) * 1000)}", text)
+    text = _FRACTION.sub(lambda m: _fmt(Fraction(int(m.group(1)), int(m.group(2)))), text)
+    text = _FRACTION_WORD.sub(
+        lambda m: _fmt(Fraction(1, {"quarter": 4, "third": 3}.get(m.group(1) or "half", 2))) + " ", text)
+    text = _AND_A_HALF.sub(lambda m: f"{m.group(1)}.5", text)
+    text = _TIME_AND_A_HALF.sub("x1.5", text)
+    text = _MULTIPLIER.sub(lambda m: f"x{m.group(1) or m.group(2)}", text)
+
+    def dimensions(m: re.Match[str]) -> str:
+        first, second = m.group(2), m.group(5)
+        if (first and second and _UNIT_TABLE[first] != _UNIT_TABLE[second]) or (
+                m.group(3) == "by" and not (first or second)):
+            return m.group(0)
+        unit = second or first
+        name = _UNIT_CANONICAL[unit] if unit else ""
+        return f"{name}{m.group(1)}x{m.group(4)}"
+
+    text = _DIMENSIONS.sub(dimensions, text)
+    text = _OF_THE_MONTH.sub(r"\1", text)
+
+    def period(m: re.Match[str]) -> str:
+        unit = _PERIOD_ADVERBS.get(m.group(1) or "") or m.group(2) or m.group(3)
+        return f"per{unit}"
+
+    return _PERIOD.sub(period, text)
+
+
 def canonical(text: str) -> str:
     """``text`` lower-cased with every number, amount, time and date in one spelling (see
     the module docstring); other words are left as they are."""
@@ -241,6 +315,7 @@ def canonical(text: str) -> str:
     text = _SEASON_TIME.sub(r"\1", text)  # springtime -> spring
     text = _FALL.sub("autumn", text)
     text = _number_words(text)
+    text = _spellings(text)
     text = _dates(text)
     text = _times(text)
     return re.sub(r" {2,}", " ", _amounts(text)).strip()
