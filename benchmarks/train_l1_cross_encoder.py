@@ -53,7 +53,7 @@ import re
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from semantic_cache_eval import Item, embed_all, load_items  # noqa: E402
 
 from pion.proxy import guard  # noqa: E402
-from pion.proxy.cross_encoder import CROSS_WEIGHTS, MAX_LENGTH, CrossMeta, build_model, save  # noqa: E402
+from pion.proxy.cross_encoder import CROSS_WEIGHTS, MAX_LENGTH, CrossMeta, build_model, read_meta, save  # noqa: E402
 from pion.proxy.verifier import Verifier, _entities  # noqa: E402
 
 SEED = 18
@@ -439,6 +439,23 @@ def parse_rule(text: str) -> Rule:
     return Rule(float("nan"), float(floor), float(threshold), None if learned == "none" else float(learned))
 
 
+def relabel(path: Path, rule: Rule) -> CrossMeta:
+    """Write ``rule`` into the weights file's metadata, tensors untouched. The rule is a
+    decision on top of fixed weights: when the hard checks in front of the model change,
+    the author CV re-chooses it from its cached fold scores (``l1_author_cv.py --analyse
+    --rehard``) without retraining, and this records the choice in the shipped file."""
+    from safetensors.torch import load_file, save_file
+
+    old = read_meta(path)
+    meta = replace(old, floor=rule.floor, threshold=rule.threshold, learned_threshold=rule.learned_threshold,
+                   trained_on=old.trained_on.split("; rule re-chosen")[0]
+                   + f"; rule re-chosen by l1_author_cv.py --rehard after the hard checks changed")
+    save_file(load_file(str(path)), str(path), metadata=meta.to_metadata())
+    print(f"{path.name}: rule {old.floor}:{old.learned_threshold}:{old.threshold} -> "
+          f"{meta.floor}:{meta.learned_threshold}:{meta.threshold}")
+    return meta
+
+
 def train_examples(splits: list[str], verifier: Verifier) -> list[Example]:
     """The seeded examples of the named spent splits, with a count per source."""
     train_ex = examples(load_spent(splits), verifier, random.Random(SEED))
@@ -463,6 +480,9 @@ def main() -> None:
                         help="spent splits the rule is chosen on (or, with --rule, reported on)")
     parser.add_argument("--rule", type=parse_rule, default=None,
                         help="FLOOR:LEARNED:THRESHOLD chosen by the author CV (l1_author_cv.py); trains --epochs")
+    parser.add_argument("--relabel", type=parse_rule, default=None, metavar="FLOOR:LEARNED:THRESHOLD",
+                        help="only rewrite the rule in --out's metadata (tensors unchanged, nothing trained): "
+                             "for a rule the author CV re-chose after the hard checks changed")
     parser.add_argument("--dry-run", action="store_true", help="print, do not write the weights")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (results were recorded with 1)")
     parser.add_argument("--out", type=Path, default=CROSS_WEIGHTS)
@@ -471,6 +491,9 @@ def main() -> None:
         check_splits(args.train_splits + args.eval_splits)
     except ValueError as e:
         parser.error(str(e))
+    if args.relabel is not None:
+        relabel(args.out, args.relabel)
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 

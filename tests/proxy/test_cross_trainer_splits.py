@@ -68,3 +68,22 @@ def test_the_author_folds_never_name_a_fresh_split() -> None:
 
     named = {s for train, held in FOLDS.values() for s in (*train, *held)}
     assert (named & {"test4", "test5"}, sorted(named)) == (set(), ["dev", "test", "test2", "test3", "train"])
+
+
+def test_relabel_rewrites_only_the_rule_and_keeps_every_tensor(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from pion.proxy.cross_encoder import CROSS_WEIGHTS, read_meta
+    from train_l1_cross_encoder import relabel
+
+    copy = tmp_path / "cross.safetensors"
+    copy.write_bytes(CROSS_WEIGHTS.read_bytes())
+    before = read_meta(copy)
+    after = relabel(copy, parse_rule("0.6:none:0.25"))
+    assert (after.floor, after.learned_threshold, after.threshold) == (0.6, None, 0.25)
+    assert read_meta(copy) == after
+    assert (after.layers, after.trained) == (before.layers, before.trained)
+    assert after.trained_on.startswith(before.trained_on.split("; rule re-chosen")[0])
+    old, new = load_file(str(CROSS_WEIGHTS)), load_file(str(copy))
+    assert sorted(old) == sorted(new)
+    assert [name for name in old if not old[name].equal(new[name])] == []
