@@ -95,7 +95,7 @@ def heldout_files(split: str) -> tuple[Path, Path]:
 
 
 SHOULD_HIT = "paraphrase"
-OLD_THRESHOLD = ServeConfig().cache_threshold  # pion-serve's default, 0.85
+OLD_THRESHOLD = ServeConfig().lookup_threshold  # pion-serve's default (guard), 0.85
 ALIGNED_THRESHOLD = 0.8  # the candidate floor --fit chose for --verifier aligned (train+dev)
 TRAP_BOUND = 0.015  # the train+dev trap rate --fit allows: a margin under the test goal of 2%
 

@@ -72,6 +72,13 @@ def test_config_defaults_match_the_spec() -> None:
     assert (config.host, config.embed_backend, config.cache_active) == ("127.0.0.1", "auto", True)
 
 
+def test_the_lookup_threshold_defaults_to_the_one_each_verifier_was_measured_with() -> None:
+    chosen = {v: load_config(["--verifier", v], env={}).cache_threshold for v in ("guard", "aligned", "learned", "cross")}
+    assert chosen == {"guard": 0.85, "aligned": 0.8, "learned": 0.65, "cross": 0.65}
+    assert load_config(["--verifier", "cross", "--cache-threshold", "0.75"], env={}).lookup_threshold == 0.75
+    assert load_config([], env={"PION_SERVE_VERIFIER": "cross"}).lookup_threshold == 0.65
+
+
 def test_every_cli_reference_flag_of_this_layer_parses() -> None:
     config = load_config(["--backend", "ollama", "--backend-url", "http://127.0.0.1:9", "--model", "m",
                           "--port", "9001", "--pion-host", "127.0.0.2", "--pion-port", "9002",

@@ -164,7 +164,7 @@ class ChatCompletions:
             return look
         # When the server embeds (vector None) and the answer may be stored, ask for the
         # vector back: a miss then stores with SET ... VECTOR, one embedding per request.
-        reply = await self.cache.lookup(look.scope, look.text, self.config.cache_threshold,
+        reply = await self.cache.lookup(look.scope, look.text, self.config.lookup_threshold,
                                         vector, want_vector=vector is None and policy.store)
         if reply.vector is not None:
             look.vector = reply.vector

@@ -23,6 +23,11 @@ EMBED_BACKENDS = ("auto", "pion", "sie", "ollama", "none")
 # logistic score over MiniLM token alignment (learned_verifier.py), or a MiniLM
 # cross-encoder reading both questions together (cross_verifier.py).
 VERIFIERS = ("guard", "aligned", "learned", "cross")
+# The lookup threshold each verifier was measured with (docs/proxy.md): the guard needs a
+# close vector because its word rules are all it has; the learned and cross verifiers read
+# the pair themselves, so a lower threshold only hands them more candidates. Used when
+# --cache-threshold is not given, so "--verifier cross" alone behaves as documented.
+LOOKUP_THRESHOLDS = {"guard": 0.85, "aligned": 0.8, "learned": 0.65, "cross": 0.65}
 ENV_PREFIX = "PION_SERVE_"
 
 
@@ -38,7 +43,7 @@ class ServeConfig:
     pion_host: str = DEFAULT_HOST
     pion_port: int = PION_SERVER_PORT
     pion_password: str | None = None
-    cache_threshold: float = 0.85
+    cache_threshold: float | None = None  # None: the verifier's LOOKUP_THRESHOLDS entry
     cache_enabled: bool = True
     guard_enabled: bool = True
     verifier: str = "guard"
@@ -72,7 +77,9 @@ class ServeConfig:
             raise ConfigError(f"embed_backend: {self.embed_backend!r} is not one of {', '.join(EMBED_BACKENDS)}")
         if self.verifier not in VERIFIERS:
             raise ConfigError(f"verifier: {self.verifier!r} is not one of {', '.join(VERIFIERS)}")
-        if not -1.0 <= self.cache_threshold <= 1.0:
+        if self.cache_threshold is None:
+            object.__setattr__(self, "cache_threshold", LOOKUP_THRESHOLDS[self.verifier])
+        if not -1.0 <= self.lookup_threshold <= 1.0:
             raise ConfigError(f"cache_threshold: {self.cache_threshold} is not between -1 and 1")
         for key in ("port", "pion_port"):
             value = getattr(self, key)
@@ -92,6 +99,11 @@ class ServeConfig:
             value = getattr(self, key)
             if value is not None and not -1.0 <= value <= 1.0:
                 raise ConfigError(f"{key}: {value} is not between -1 and 1")
+
+    @property
+    def lookup_threshold(self) -> float:
+        """The cosine an L1 candidate needs: ``cache_threshold`` as given, else the verifier's."""
+        return LOOKUP_THRESHOLDS[self.verifier] if self.cache_threshold is None else self.cache_threshold
 
     @property
     def effective_backend_url(self) -> str | None:
@@ -127,14 +139,15 @@ OPTIONS: list[Option] = [
     _opt(("--pion-host",), "pion_host", parse_text, f"pion-server host (default {DEFAULT_HOST})"),
     _opt(("--pion-port",), "pion_port", parse_int(), f"pion-server port (default {PION_SERVER_PORT})"),
     _opt(("--pion-password",), "pion_password", parse_optional_text, "pion-server AUTH password"),
-    _opt(("--cache-threshold",), "cache_threshold", parse_float(), "cosine threshold for L1 hits (default 0.85)"),
+    _opt(("--cache-threshold",), "cache_threshold", parse_float(),
+         "cosine threshold for L1 hits (default: the verifier's own, 0.85 for guard, 0.8 aligned, 0.65 learned"
+         " and cross)"),
     _opt(("--no-cache",), "cache_enabled", parse_bool, "pure proxy: no L1 cache", switch="no"),
     _opt(("--no-guard",), "guard_enabled", parse_bool,
          "serve every hit above the threshold (A/B only: serves wrong answers)", switch="no"),
     _opt(("--verifier",), "verifier", parse_choice(*VERIFIERS),
-         "how a similarity hit is checked: guard (default) | aligned | learned (most paraphrases served;"
-         " use with --cache-threshold 0.65) | cross (hard checks + a cross-encoder; use with"
-         " --cache-threshold 0.65, its weights' floor)"),
+         "how a similarity hit is checked: guard (default) | aligned | learned | cross (hard checks + a"
+         " cross-encoder: the most paraphrases at the fewest wrong answers on unseen data)"),
     _opt(("--cache-ttl",), "cache_ttl_s", parse_float(), "seconds a cached answer lives"),
     _opt(("--ollama-url",), "ollama_url", parse_text, "Ollama URL for the ollama backend and embedding fallback"),
     _opt(("--embed-backend",), "embed_backend", parse_choice(*EMBED_BACKENDS), "auto | pion | sie | ollama | none"),
