@@ -35,7 +35,7 @@ class CrossVerifier:
     def __init__(self, verifier: Verifier | None = None, cross: CrossEncoder | None = None,
                  weights: Path = CROSS_WEIGHTS) -> None:
         self.verifier = verifier if verifier is not None else Verifier()
-        self.cross = cross if cross is not None else CrossEncoder(weights, threads=1)
+        self.cross = cross if cross is not None else CrossEncoder(weights, threads=2)
         self.learned: LearnedVerifier | None = \
             LearnedVerifier(verifier=self.verifier) if self.cross.meta.after_learned else None
 
