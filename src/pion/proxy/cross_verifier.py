@@ -35,6 +35,9 @@ class CrossVerifier:
     def __init__(self, verifier: Verifier | None = None, cross: CrossEncoder | None = None,
                  weights: Path = CROSS_WEIGHTS) -> None:
         self.verifier = verifier if verifier is not None else Verifier()
+        # Two intra-op threads (process-wide in torch, so the MiniLM lookup pass gets them
+        # too): a hit's p50 fell from 17.2 to 13.7-15.1 ms on this 2-core box with the same
+        # probabilities to the last bit (docs/proxy.md, sixth round).
         self.cross = cross if cross is not None else CrossEncoder(weights, threads=2)
         self.learned: LearnedVerifier | None = \
             LearnedVerifier(verifier=self.verifier) if self.cross.meta.after_learned else None
