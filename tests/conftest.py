@@ -13,6 +13,14 @@ from support.procs import ServerProcess, start_server
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# pion-serve's default verifier is ``cross`` (issue 18, sixth round). Every pion-serve a test
+# starts (directly or through ``pion up``) inherits this and checks hits with the guard,
+# which is what the proxy, distill, routing and stack tests were written against and which
+# decides from the first request (a model verifier lets the guard decide until its models
+# have loaded, seconds after start: a test's verdicts would depend on timing). Tests of the
+# model verifiers pass ``--verifier``; tests/proxy/test_default_verifier_e2e.py removes this
+# variable to check the real default.
+os.environ.setdefault("PION_SERVE_VERIFIER", "guard")
 
 TESTS_DIR = Path(__file__).resolve().parent
 # Fixtures that load SmolLM2 in this process; a test using one (directly or through another

@@ -66,9 +66,12 @@ def test_only_single_stop_answers_without_tool_calls_are_storable() -> None:
     assert storable({"choices": ok["choices"] * 2}) is None
 
 
-def test_config_defaults_match_the_spec() -> None:
+def test_config_defaults_match_the_spec_but_for_the_verifier_and_its_threshold() -> None:
     config = load_config([], env={})
-    assert (config.backend, config.port, config.pion_port, config.cache_threshold) == ("pion", 8321, 1974, 0.85)
+    assert (config.backend, config.port, config.pion_port) == ("pion", 8321, 1974)
+    # The spec's 0.85 is the guard's threshold; the default verifier is cross (issue 18).
+    assert (config.verifier, config.cache_threshold) == ("cross", 0.65)
+    assert load_config(["--verifier", "guard"], env={}).cache_threshold == 0.85
     assert (config.host, config.embed_backend, config.cache_active) == ("127.0.0.1", "auto", True)
 
 

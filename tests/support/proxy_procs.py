@@ -46,15 +46,27 @@ class ProxyProcess:
                 self.proc.wait(timeout=10)
 
 
-def start_proxy(log_dir: Path, *args: str, env: dict[str, str] | None = None,
+def child_env(changes: dict[str, str | None] | None) -> dict[str, str]:
+    """The test process's environment with ``changes`` applied (None removes a variable)."""
+    out = dict(os.environ)
+    for key, value in (changes or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def start_proxy(log_dir: Path, *args: str, env: dict[str, str | None] | None = None,
                 wait_s: float = 30.0) -> ProxyProcess:
-    """Start pion-serve with ``args`` and wait until /health answers."""
+    """Start pion-serve with ``args`` and wait until /health answers. ``env`` adds to the
+    test process's environment; a None value removes that variable."""
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"pion-serve-{port}.log"
     log_file = open(log_path, "ab")  # handed to the child
     proc = subprocess.Popen([sys.executable, "-m", "pion.proxy.main", "--port", str(port), *args],
-                            stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+                            stdout=log_file, stderr=subprocess.STDOUT, env=child_env(env))
     log_file.close()
     proxy = ProxyProcess(port, proc, log_path)
     deadline = time.monotonic() + wait_s
