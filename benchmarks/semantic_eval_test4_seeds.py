@@ -17,19 +17,9 @@ context is an ``other_context`` row (a similar follow-up whose answer the contex
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
-class Intent:
-    """One cached question, its paraphrases and its traps (one list per trap kind)."""
-
-    a: str
-    p: list[str]
-    entity_swap: list[str] = field(default_factory=list)
-    negation: list[str] = field(default_factory=list)
-    numbers_dates: list[str] = field(default_factory=list)
-    scope_change: list[str] = field(default_factory=list)
+from semantic_eval_intent import Intent  # noqa: E402  (benchmarks/ is on the path)
 
 
 def I(a: str, p: list[str], e: list[str], n: list[str], d: list[str], s: list[str]) -> Intent:  # noqa: E743

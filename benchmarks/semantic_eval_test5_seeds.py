@@ -18,19 +18,9 @@ turns) with alternating user/assistant turns that end on the user's follow-up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
-class Intent:
-    """One question, the paraphrases that share its answer and the near-misses that do not."""
-
-    a: str
-    p: list[str]
-    entity_swap: list[str] = field(default_factory=list)
-    negation: list[str] = field(default_factory=list)
-    numbers_dates: list[str] = field(default_factory=list)
-    scope_change: list[str] = field(default_factory=list)
+from semantic_eval_intent import Intent  # noqa: E402  (benchmarks/ is on the path)
 
 
 INTENTS: dict[str, list[Intent]] = {}
