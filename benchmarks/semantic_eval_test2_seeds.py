@@ -9,9 +9,7 @@ answer), sorted by the kind of trap. ``benchmarks/make_semantic_eval_test2.py`` 
 
 from __future__ import annotations
 
-
-
-from semantic_eval_intent import Intent  # noqa: E402  (benchmarks/ is on the path)
+from semantic_eval_intent import Intent  # benchmarks/ is on the path
 
 
 I = Intent

@@ -14,9 +14,7 @@ user and assistant alternating, each side ending on the user's follow-up.
 
 from __future__ import annotations
 
-
-
-from semantic_eval_intent import Intent  # noqa: E402  (benchmarks/ is on the path)
+from semantic_eval_intent import Intent  # benchmarks/ is on the path
 
 
 INTENTS: dict[str, list[Intent]] = {}

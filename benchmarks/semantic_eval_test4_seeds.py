@@ -17,9 +17,7 @@ context is an ``other_context`` row (a similar follow-up whose answer the contex
 
 from __future__ import annotations
 
-
-
-from semantic_eval_intent import Intent  # noqa: E402  (benchmarks/ is on the path)
+from semantic_eval_intent import Intent  # benchmarks/ is on the path
 
 
 def I(a: str, p: list[str], e: list[str], n: list[str], d: list[str], s: list[str]) -> Intent:  # noqa: E743

@@ -18,9 +18,7 @@ turns) with alternating user/assistant turns that end on the user's follow-up.
 
 from __future__ import annotations
 
-
-
-from semantic_eval_intent import Intent  # noqa: E402  (benchmarks/ is on the path)
+from semantic_eval_intent import Intent  # benchmarks/ is on the path
 
 
 INTENTS: dict[str, list[Intent]] = {}
