@@ -8,7 +8,7 @@ the other tree's ``src`` first on its path, so both versions read the same items
 
 Splits: ``train``, ``dev``, ``test``, ``test2`` and ``test3`` are spent (scored in earlier
 rounds; the lead's rule for this round lets us read them and look at their failures).
-``test4`` and ``test5`` are the lead's fresh held-out splits: ``check_splits`` refuses them
+``test4`` and ``test5`` are the lead's fresh held-out splits: ``refuse_unspent`` refuses them
 before any file is opened.
 
     python benchmarks/fact_spellings_eval.py --before-src /work/main/src
@@ -25,18 +25,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from semantic_eval_splits import SPENT_SPLITS, refuse_unspent  # benchmarks/ is the script's directory
+
 ROOT = Path(__file__).resolve().parents[1]
-SPENT = ("train", "dev", "test", "test2", "test3")
-FORBIDDEN = ("test4", "test5")
 FACT_REASONS = ("numbers", "dates")
-
-
-def check_splits(splits: Sequence[str]) -> None:
-    """Refuse any split but the spent ones (SystemExit) before a file is opened."""
-    bad = [s for s in splits if s in FORBIDDEN or s not in SPENT]
-    if bad:
-        raise SystemExit(f"refusing splits {bad}: test4/test5 are held out for the lead; "
-                         f"this tool reads only {list(SPENT)}")
 
 
 def _verdicts(splits: Sequence[str], src: str) -> list[dict[str, object]]:
@@ -100,12 +92,12 @@ def show(before: list[dict[str, object]], after: list[dict[str, object]], split:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--splits", nargs="+", default=list(SPENT))
+    parser.add_argument("--splits", nargs="+", default=list(SPENT_SPLITS))
     parser.add_argument("--before-src", help="the src directory of the code to compare against (e.g. main's)")
     parser.add_argument("--dump", help="print the verdicts of the code in this src directory as JSON (for --before-src)")
     parser.add_argument("--show", help="list the verdicts that changed on this spent split")
     args = parser.parse_args()
-    check_splits(args.splits + ([args.show] if args.show else []))
+    refuse_unspent(args.splits + ([args.show] if args.show else []))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.dump:
         json.dump(_verdicts(args.splits, args.dump), sys.stdout)

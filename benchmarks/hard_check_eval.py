@@ -36,20 +36,19 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from semantic_cache_eval import SHOULD_HIT, Item, embed_all, load_items  # noqa: E402
+from semantic_eval_splits import refuse_unspent  # noqa: E402
 
 from pion.proxy.verifier import Verifier  # noqa: E402
 
-DEVELOPMENT = ("train", "dev", "test", "test2")  # spent splits: read, tuned on
-CHECK_ONLY = ("test3",)  # scored once at the end of the round, never shown
-FORBIDDEN = ("test4", "test5")  # the lead's fresh held-out splits: never opened here
+# The readers were written on these spent splits; test3 (spent too) was their one
+# end-of-round check, so it is scored here but never shown.
+DEVELOPMENT = ("train", "dev", "test", "test2")
 
 
 def check_splits(splits: Sequence[str], show: str | None = None) -> None:
-    """Refuse the held-out splits this tuning tool must never open (SystemExit)."""
-    bad = [s for s in splits if s in FORBIDDEN or s not in DEVELOPMENT + CHECK_ONLY]
-    if bad:
-        raise SystemExit(f"refusing splits {bad}: test4/test5 are held out for the lead; "
-                         f"this tool reads only {list(DEVELOPMENT + CHECK_ONLY)}")
+    """Refuse the held-out splits this tuning tool must never open, and --show of any
+    split the readers were not written on (SystemExit)."""
+    refuse_unspent(splits)
     if show is not None and show not in DEVELOPMENT:
         raise SystemExit(f"refusing --show {show}: only the spent splits {list(DEVELOPMENT)} may be shown")
 

@@ -69,6 +69,7 @@ from pion.proxy.token_align import TokenEncoder
 from pion.proxy.config import ServeConfig
 from pion.proxy.scope import resolved_text
 from pion.proxy.verifier import DEFAULT_PARAMS, Verifier, VerifierParams
+from semantic_eval_splits import FRESH_SPLITS  # benchmarks/ is the script's directory
 
 PAIRS = ROOT / "benchmarks" / "data" / "semantic_eval_pairs.jsonl"
 CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_conversations.jsonl"
@@ -76,7 +77,6 @@ CONVS = ROOT / "benchmarks" / "data" / "semantic_eval_conversations.jsonl"
 # domains (issue 18): test2 (fourth round), test3 (fifth), test4 and test5 (sixth). A split's
 # files are read only when ``--splits`` names it, never by a tuning view.
 HELDOUT_SPLITS = ("test2", "test3", "test4", "test5")
-FRESH_SPLITS = ("test4", "test5")  # sixth round: scored once by the lead, never tuned or looked at
 
 
 def refuse_heldout_tuning(splits: Sequence[str], tuning: bool) -> None:

@@ -63,16 +63,13 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from semantic_cache_eval import Item, embed_all, load_items  # noqa: E402
+from semantic_eval_splits import FRESH_SPLITS, SPENT_SPLITS  # noqa: E402
 
 from pion.proxy import guard  # noqa: E402
 from pion.proxy.cross_encoder import CROSS_WEIGHTS, MAX_LENGTH, CrossMeta, build_model, read_meta, save  # noqa: E402
 from pion.proxy.verifier import Verifier, _entities  # noqa: E402
 
 SEED = 18
-# The splits that were scored and then opened for training and tuning (issue 18, sixth
-# round), and the fresh held-out ones nothing here may read: the lead scores them once.
-SPENT_SPLITS = ("train", "dev", "test", "test2", "test3")
-FRESH_HELDOUT = ("test4", "test5")
 TRAP_BOUND = 0.015
 CONV_WEIGHT = 0.25
 FLOORS = (0.5, 0.6, 0.65, 0.7, 0.75, 0.8)
@@ -94,7 +91,7 @@ _OPENERS = (("How do I ", "How can I "), ("How can I ", "How do I "), ("How do I
 def check_splits(splits: list[str] | tuple[str, ...]) -> list[str]:
     """``splits`` if every one is spent; raises ``ValueError`` for the fresh held-out
     splits (test4, test5) or an unknown name, before any file is opened."""
-    fresh = [s for s in splits if s in FRESH_HELDOUT]
+    fresh = [s for s in splits if s in FRESH_SPLITS]
     if fresh:
         raise ValueError(f"refusing split(s) {', '.join(fresh)}: fresh held-out data, scored once by the lead "
                          f"and never read by a trainer or tuning path")
