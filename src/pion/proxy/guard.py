@@ -165,15 +165,13 @@ _TODAY_PARTS = frozenset({"tonight", "this:evening", "this:morning", "this:after
 _AFTER_VERB_LAST = frozenset({"", "in", "for", "on", "after", "before", "through", "until", "till", "with",
                               "without", "if", "when", "once", "per", "longer", "long", "up", "outside",
                               "unopened", "opened", "frozen"})
+_DETERMINERS_LAST = frozenset({"the", "my", "your", "his", "her", "our", "their", "its", "this", "that", "a"})
 
 
 def _verb_last(prev: str, nxt: str) -> bool:
     """"last" is the verb (to keep, to hold out), not the ordinal, when no determiner comes
     before it and the question ends or a preposition follows (issue 18, sixth round)."""
     return prev not in _DETERMINERS_LAST and nxt in _AFTER_VERB_LAST
-
-
-_DETERMINERS_LAST = frozenset({"the", "my", "your", "his", "her", "our", "their", "its", "this", "that", "a"})
 
 
 def extract(text: str) -> QuestionFacts:
