@@ -79,8 +79,8 @@ class ServeConfig:
             raise ConfigError(f"embed_backend: {self.embed_backend!r} is not one of {', '.join(EMBED_BACKENDS)}")
         if self.verifier not in VERIFIERS:
             raise ConfigError(f"verifier: {self.verifier!r} is not one of {', '.join(VERIFIERS)}")
-        if self.cache_threshold is None:
-            object.__setattr__(self, "cache_threshold", LOOKUP_THRESHOLDS[self.verifier])
+        if self.cache_threshold is None:  # filled in, so the config says which value is in use
+            object.__setattr__(self, "cache_threshold", self.lookup_threshold)
         if not -1.0 <= self.lookup_threshold <= 1.0:
             raise ConfigError(f"cache_threshold: {self.cache_threshold} is not between -1 and 1")
         for key in ("port", "pion_port"):
